@@ -1,0 +1,36 @@
+"""Job ids: opaque strings from the store, and the one check every id passes before use."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+
+from outlast.errors import InvalidJobId
+
+MAX_ID_LENGTH = 128
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def new_id() -> str:
+    """A fresh id: 12 hex digits of milliseconds then 8 random hex digits (sorts by time)."""
+    return f"{int(time.time() * 1000):012x}{secrets.token_hex(4)}"
+
+
+def check_id(job_id: object) -> str:
+    """Return ``job_id`` if it is a single clean name, else raise :class:`InvalidJobId`.
+
+    Called before an id touches a path or a query: refuses ``../x``, ``a/b``, ``.``, ``..``,
+    the empty string, a NUL, and anything over 128 characters.
+    """
+    if not isinstance(job_id, str):
+        raise InvalidJobId(f"a job id must be a string, not {type(job_id).__name__}")
+    if len(job_id) > MAX_ID_LENGTH:
+        raise InvalidJobId(f"job id is {len(job_id)} characters long; at most {MAX_ID_LENGTH}")
+    if not _ID.fullmatch(job_id):
+        shown = job_id if len(job_id) <= 40 else job_id[:40] + "…"
+        raise InvalidJobId(
+            f"invalid job id {shown!r}: use letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit"
+        )
+    return job_id

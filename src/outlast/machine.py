@@ -1,0 +1,227 @@
+"""The status machine's transitions as pure functions: ``(state, …) -> Change | None``.
+
+Every store adapter applies these inside one lock or one transaction, so the rules live here
+once: a terminal job is never changed; a write fenced by an attempt token is refused once the job
+was reclaimed, released or finished; each transition appends its job-level event (step ``job``)
+in the same write as the state, so a watcher that sees a terminal state also sees its event.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from outlast.errors import InvalidInput, InvalidTransition
+from outlast.model import (
+    JSON,
+    ErrorCode,
+    ErrorInfo,
+    EventStatus,
+    JobState,
+    Status,
+    check_transition,
+)
+from outlast.redact import redact, redact_text
+
+JOB_STEP = "job"
+MAX_BACKOFF = 3600.0
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    step: str
+    status: EventStatus
+    message: JSON = None
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one transition writes: the new state and the events to append after the last."""
+
+    state: JobState
+    events: tuple[NewEvent, ...] = ()
+    #: True when the job became claimable (wakes idle pools).
+    claimable: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def check_json(value: Any, what: str) -> Any:
+    """Return ``value`` if it is strict JSON (no NaN, str keys); else :class:`InvalidInput`."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} must be JSON: {exc}") from None
+    return value
+
+
+def fenced_out(state: JobState, attempt: int | None) -> bool:
+    """True when a worker holding ``attempt`` may no longer write this job."""
+    if state.terminal:
+        return True
+    return attempt is not None and (state.status != Status.RUNNING or state.attempts != attempt)
+
+
+def backoff(attempt: int, base: float) -> float:
+    """Exponential backoff with jitter: ``base * 2**(attempt-1)``, times 0.5-1.0, capped."""
+    return min(MAX_BACKOFF, base * 2.0 ** max(0, attempt - 1)) * random.uniform(0.5, 1.0)
+
+
+def start(state: JobState, worker: str, now: datetime) -> Change | None:
+    """Claim: pending and due → running, one more attempt."""
+    if state.status != Status.PENDING or (state.run_after is not None and state.run_after > now):
+        return None
+    attempt = state.attempts + 1
+    new = state.evolve(
+        status=Status.RUNNING,
+        attempts=attempt,
+        worker=worker,
+        started_at=now,
+        updated_at=now,
+        run_after=None,
+        pid=None,
+        pid_started_at=None,
+    )
+    return Change(new, (NewEvent(JOB_STEP, EventStatus.STARTED, {"attempt": attempt}),))
+
+
+def report(
+    state: JobState,
+    attempt: int | None,
+    step: str,
+    status: EventStatus,
+    message: JSON,
+    progress: float | None,
+    now: datetime,
+) -> Change | None:
+    """A progress report: ignored once the job is terminal (or fenced out)."""
+    if fenced_out(state, attempt):
+        return None
+    new = state.evolve(
+        step=step,
+        phase=str(status),
+        progress=progress if progress is not None else state.progress,
+        updated_at=now,
+    )
+    return Change(new, (NewEvent(step, status, redact(message)),))
+
+
+def succeed(state: JobState, attempt: int | None, result: JSON, now: datetime) -> Change | None:
+    if fenced_out(state, attempt):
+        return None
+    check_transition(state.id, state.status, Status.SUCCEEDED)
+    new = state.evolve(
+        status=Status.SUCCEEDED,
+        result=result,
+        error=None,
+        progress=100.0,
+        updated_at=now,
+        finished_at=now,
+    )
+    return Change(new, (NewEvent(JOB_STEP, EventStatus.COMPLETED, None),))
+
+
+def error_info(exc: BaseException | ErrorInfo, code: str = ErrorCode.ERROR) -> ErrorInfo:
+    if isinstance(exc, ErrorInfo):
+        return ErrorInfo(exc.code, redact_text(exc.message), exc.hint, exc.type)
+    kind = type(exc)
+    name = kind.__qualname__
+    if kind.__module__ != "builtins":
+        name = f"{kind.__module__}.{name}"
+    message = redact_text(str(exc)) or kind.__name__
+    return ErrorInfo(code=code, message=message, type=name)
+
+
+def fail(
+    state: JobState,
+    attempt: int | None,
+    error: ErrorInfo,
+    retry: bool,
+    delay_base: float,
+    now: datetime,
+    keep_worker: bool = False,
+) -> Change | None:
+    """A failed attempt: back to pending with backoff while attempts are left, else failed.
+
+    ``keep_worker`` is for a dedicated worker (a command's supervisor) that will retry the job
+    itself: the job stays bound to it, so its death while waiting is detected as abandonment.
+    """
+    if fenced_out(state, attempt):
+        return None
+    if state.status not in (Status.RUNNING, Status.PENDING):
+        raise InvalidTransition(f"job {state.id}: cannot fail a {state.status} job")
+    message = {"attempt": state.attempts, "error": error.to_dict()}
+    if retry and state.attempts < state.max_attempts:
+        delay = backoff(state.attempts, delay_base)
+        new = state.evolve(
+            status=Status.PENDING,
+            error=error,
+            run_after=now + timedelta(seconds=delay),
+            updated_at=now,
+            worker=state.worker if keep_worker else None,
+        )
+        message["retry_in"] = round(delay, 3)
+        return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)
+    new = state.evolve(status=Status.FAILED, error=error, updated_at=now, finished_at=now)
+    return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),))
+
+
+def cancel(state: JobState, now: datetime) -> Change | None:
+    """Cancel from pending, running or paused; a terminal job keeps its outcome."""
+    if state.terminal:
+        return None
+    error = ErrorInfo(ErrorCode.CANCELED, "the job was canceled")
+    new = state.evolve(status=Status.CANCELED, error=error, updated_at=now, finished_at=now)
+    return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, {"error": error.to_dict()}),))
+
+
+def pause(state: JobState, attempt: int | None, question: JSON, now: datetime) -> Change | None:
+    if fenced_out(state, attempt):
+        return None
+    check_transition(state.id, state.status, Status.PAUSED)
+    new = state.evolve(
+        status=Status.PAUSED, question=question, answer=None, worker=None, updated_at=now
+    )
+    return Change(new, (NewEvent(JOB_STEP, EventStatus.PAUSED, {"question": question}),))
+
+
+def resume(state: JobState, answer: JSON, now: datetime) -> Change:
+    if state.status != Status.PAUSED:
+        raise InvalidTransition(f"job {state.id} is {state.status}, not paused")
+    new = state.evolve(status=Status.PENDING, answer=answer, run_after=None, updated_at=now)
+    event = NewEvent(JOB_STEP, EventStatus.PROGRESS, {"resumed": True})
+    return Change(new, (event,), claimable=True)
+
+
+def release(state: JobState, attempt: int | None, now: datetime) -> Change | None:
+    """Give a running job back to the queue without counting the attempt (graceful stop)."""
+    if fenced_out(state, attempt) or state.status != Status.RUNNING:
+        return None
+    new = state.evolve(
+        status=Status.PENDING,
+        attempts=max(0, state.attempts - 1),
+        worker=None,
+        run_after=None,
+        updated_at=now,
+    )
+    event = NewEvent(JOB_STEP, EventStatus.PROGRESS, {"released": True})
+    return Change(new, (event,), claimable=True)
+
+
+def abandon(state: JobState, now: datetime) -> Change | None:
+    """Reconcile a job whose worker died: retry while attempts are left, else failed."""
+    if state.terminal or state.status == Status.PAUSED:
+        return None
+    error = ErrorInfo(
+        ErrorCode.ABANDONED,
+        "worker exited without recording a result",
+        hint="the process working on the job died (killed, crashed or its machine went away)",
+    )
+    message = {"attempt": state.attempts, "error": error.to_dict()}
+    if state.status == Status.PENDING or state.attempts < state.max_attempts:
+        new = state.evolve(status=Status.PENDING, error=error, worker=None, updated_at=now)
+        return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)
+    new = state.evolve(status=Status.FAILED, error=error, updated_at=now, finished_at=now)
+    return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),))

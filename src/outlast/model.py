@@ -1,0 +1,350 @@
+"""The job document, its status machine and progress events: pure data, no I/O.
+
+Everything here is a frozen dataclass. ``to_dict()`` gives exactly the JSON shape of
+DESIGN.md ("The job document"), and ``from_dict()`` reads it back losslessly; a document that
+is not of that shape raises :class:`~outlast.errors.CorruptJob` with a message naming the field.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from outlast.errors import CorruptJob, InvalidTransition
+
+JSON = Any
+"""Any value that ``json.dumps`` accepts: dict, list, str, int, float, bool or None."""
+
+
+class Status(enum.StrEnum):
+    """Where a job is in its life. ``SUCCEEDED``, ``FAILED`` and ``CANCELED`` are terminal."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
+
+#: The legal moves of the status machine, all of them. A terminal status has none.
+TRANSITIONS: Mapping[Status, frozenset[Status]] = {
+    # pending -> failed: reconcile of a job whose dedicated worker died with no attempts left.
+    Status.PENDING: frozenset({Status.RUNNING, Status.CANCELED, Status.FAILED}),
+    Status.RUNNING: frozenset(
+        {Status.SUCCEEDED, Status.FAILED, Status.CANCELED, Status.PAUSED, Status.PENDING}
+    ),
+    Status.PAUSED: frozenset({Status.PENDING, Status.CANCELED}),
+    Status.SUCCEEDED: frozenset(),
+    Status.FAILED: frozenset(),
+    Status.CANCELED: frozenset(),
+}
+
+
+def check_transition(job_id: str, old: Status, new: Status) -> None:
+    """Raise :class:`InvalidTransition` unless ``old -> new`` is a move of the status machine."""
+    if new not in TRANSITIONS[old]:
+        raise InvalidTransition(f"job {job_id}: cannot go from {old} to {new}")
+
+
+class EventStatus(enum.StrEnum):
+    """The status carried by a progress event (the seed's vocabulary)."""
+
+    STARTED = "started"
+    PROGRESS = "progress"
+    COMPLETED = "completed"
+    SKIPPED = "skipped"
+    PAUSED = "paused"
+    FAILED = "failed"
+
+
+class Kind(enum.StrEnum):
+    COMMAND = "command"
+    FUNCTION = "function"
+    PIPELINE = "pipeline"
+
+
+class ErrorCode(enum.StrEnum):
+    CANCELED = "canceled"
+    ABANDONED = "abandoned"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def format_time(value: datetime | None) -> str | None:
+    """ISO 8601 in UTC with microseconds, e.g. ``2026-11-29T18:11:10.123456+00:00``."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def parse_time(value: object, what: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise CorruptJob(f"{what} must be an ISO 8601 string, not {type(value).__name__}")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise CorruptJob(f"{what} is not an ISO 8601 time: {value!r}") from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """Why a job failed or was canceled."""
+
+    #: One of :class:`ErrorCode` (``canceled``, ``abandoned``, ``timeout``, ``error``).
+    code: str
+    #: Human-readable, secret-redacted text.
+    message: str
+    #: What the user might do about it, or None.
+    hint: str | None = None
+    #: The exception type's qualified name for ``error``, else None.
+    type: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "hint": self.hint, "type": self.type}
+
+    @classmethod
+    def from_dict(cls, data: object) -> ErrorInfo:
+        if not isinstance(data, dict):
+            raise CorruptJob("error must be an object or null")
+        code, message = data.get("code"), data.get("message")
+        hint, type_ = data.get("hint"), data.get("type")
+        if not isinstance(code, str) or not isinstance(message, str):
+            raise CorruptJob("error.code and error.message must be strings")
+        if not (hint is None or isinstance(hint, str)) or not (
+            type_ is None or isinstance(type_, str)
+        ):
+            raise CorruptJob("error.hint and error.type must be strings or null")
+        return cls(code=code, message=message, hint=hint, type=type_)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEvent:
+    """One progress report of a job. ``seq`` counts 1, 2, 3… per job with no gaps."""
+
+    #: The job this event belongs to.
+    job_id: str
+    #: Position in the job's event log, starting at 1, assigned by the store.
+    seq: int
+    #: When the store recorded it.
+    at: datetime
+    #: The step (stage) the event is about.
+    step: str
+    #: One of :class:`EventStatus`.
+    status: EventStatus
+    #: Free JSON (usually a string or an object), secret-redacted; None when absent.
+    message: JSON = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "seq": self.seq,
+            "at": format_time(self.at),
+            "step": self.step,
+            "status": str(self.status),
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> ProgressEvent:
+        if not isinstance(data, dict):
+            raise CorruptJob("an event must be a JSON object")
+        try:
+            job_id, seq, step = data["job_id"], data["seq"], data["step"]
+            status = EventStatus(data["status"])
+        except (KeyError, ValueError) as exc:
+            raise CorruptJob(f"malformed event: {exc}") from exc
+        if not isinstance(job_id, str) or not isinstance(step, str):
+            raise CorruptJob("event job_id and step must be strings")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+            raise CorruptJob("event seq must be a positive integer")
+        at = parse_time(data.get("at"), "event.at")
+        if at is None:
+            raise CorruptJob("event.at is missing")
+        return cls(job_id, seq, at, step, status, data.get("message"))
+
+
+_TIME_FIELDS = ("run_after", "created_at", "started_at", "updated_at", "finished_at")
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """The durable document of one job, as stored and as every interface shows it."""
+
+    #: Opaque id assigned by the store; a single clean name.
+    id: str
+    #: ``command``, ``function`` or ``pipeline``.
+    kind: Kind
+    #: The registered function or pipeline name, or a human name for a command.
+    name: str
+    #: Where the job is in the status machine.
+    status: Status = Status.PENDING
+    #: The argv of a command job, else None.
+    command: list[str] | None = None
+    #: Free ``str -> str`` labels for listing and filtering.
+    labels: dict[str, str] = field(default_factory=dict)
+    #: The queue a pool claims the job from.
+    queue: str = "default"
+    #: Coarse phase (the last reported step's status), or None.
+    phase: str | None = None
+    #: The last reported step, or None.
+    step: str | None = None
+    #: Percent done, 0-100, or None when unknown.
+    progress: float | None = None
+    #: The job's input: function arguments, pipeline state and stage outputs.
+    payload: dict[str, Any] = field(default_factory=dict)
+    #: What a succeeded job returned (JSON), else None.
+    result: JSON = None
+    #: Why the job failed or was canceled, else None.
+    error: ErrorInfo | None = None
+    #: Attempts started so far (a claim counts one); doubles as the fencing token of a worker.
+    attempts: int = 0
+    #: Attempts allowed before a failure is final.
+    max_attempts: int = 1
+    #: Not to be claimed before this time (retry backoff), or None.
+    run_after: datetime | None = None
+    #: What a paused job asks a person, else None.
+    question: JSON = None
+    #: The person's answer after a resume, else None.
+    answer: JSON = None
+    #: The OS process doing the work (a command job's process-group leader), or None.
+    pid: int | None = None
+    #: The kernel's start time of ``pid``, so a reused PID is never mistaken for the job's.
+    pid_started_at: datetime | None = None
+    #: Who holds the job: ``host:pid`` of the supervisor or pool, or None.
+    worker: str | None = None
+    created_at: datetime = field(default_factory=utcnow)
+    #: When the current (last) attempt started.
+    started_at: datetime | None = None
+    updated_at: datetime = field(default_factory=utcnow)
+    finished_at: datetime | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def evolve(self, **changes: Any) -> JobState:
+        """A copy with ``changes`` applied (``dataclasses.replace``)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": str(self.kind),
+            "name": self.name,
+            "command": list(self.command) if self.command is not None else None,
+            "labels": dict(self.labels),
+            "queue": self.queue,
+            "status": str(self.status),
+            "phase": self.phase,
+            "step": self.step,
+            "progress": self.progress,
+            "payload": self.payload,
+            "result": self.result,
+            "error": self.error.to_dict() if self.error else None,
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "run_after": format_time(self.run_after),
+            "question": self.question,
+            "answer": self.answer,
+            "pid": self.pid,
+            "pid_started_at": format_time(self.pid_started_at),
+            "worker": self.worker,
+            "created_at": format_time(self.created_at),
+            "started_at": format_time(self.started_at),
+            "updated_at": format_time(self.updated_at),
+            "finished_at": format_time(self.finished_at),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> JobState:
+        """Read a document back; raises :class:`CorruptJob` saying what is wrong."""
+        if not isinstance(data, dict):
+            raise CorruptJob(f"a job document must be a JSON object, not {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise CorruptJob(f"unknown fields {sorted(unknown)}")
+        for name in ("id", "kind", "name", "status"):
+            if not isinstance(data.get(name), str):
+                raise CorruptJob(f"field {name!r} must be a string")
+        try:
+            kind, status = Kind(data["kind"]), Status(data["status"])
+        except ValueError as exc:
+            raise CorruptJob(str(exc)) from exc
+        values: dict[str, Any] = {k: v for k, v in data.items() if k not in _TIME_FIELDS}
+        values.update(kind=kind, status=status)
+        for name in (*_TIME_FIELDS, "pid_started_at"):
+            if name in data:
+                values[name] = parse_time(data[name], name)
+        if values.get("created_at") is None:
+            values.pop("created_at", None)
+        if values.get("updated_at") is None:
+            values.pop("updated_at", None)
+        if data.get("error") is not None:
+            values["error"] = ErrorInfo.from_dict(data["error"])
+        _check_shapes(values)
+        return cls(**values)
+
+
+def _check_shapes(values: dict[str, Any]) -> None:
+    command = values.get("command")
+    if command is not None and (
+        not isinstance(command, list) or not all(isinstance(a, str) for a in command)
+    ):
+        raise CorruptJob("command must be a list of strings or null")
+    labels = values.get("labels", {})
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise CorruptJob("labels must be an object of strings")
+    if not isinstance(values.get("payload", {}), dict):
+        raise CorruptJob("payload must be an object")
+    for name in ("attempts", "max_attempts"):
+        value = values.get(name, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise CorruptJob(f"{name} must be a non-negative integer")
+    progress = values.get("progress")
+    if progress is not None and (
+        not isinstance(progress, int | float)
+        or isinstance(progress, bool)
+        or not 0 <= progress <= 100
+    ):
+        raise CorruptJob("progress must be a number from 0 to 100 or null")
+    pid = values.get("pid")
+    if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool)):
+        raise CorruptJob("pid must be an integer or null")
+    for name in ("queue",):
+        if name in values and not isinstance(values[name], str):
+            raise CorruptJob(f"{name} must be a string")
+    for name in ("phase", "step", "worker"):
+        if values.get(name) is not None and not isinstance(values[name], str):
+            raise CorruptJob(f"{name} must be a string or null")
+
+
+def clamp_progress(value: float | None) -> float | None:
+    """Progress as stored: a finite number clamped to 0..100, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"progress must be a number from 0 to 100, not {value!r}")
+    return float(min(100.0, max(0.0, value)))

@@ -1,0 +1,107 @@
+"""What the two single-machine adapters (sqlite, files) share: the folder, its permissions,
+the flock worker locks, the pulse files that wake waiters, and JSON (de)serialisation."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from outlast.errors import CorruptJob, StoreError
+from outlast.model import JobState, ProgressEvent
+from outlast.store import notify
+from outlast.store.locks import WorkerLocks
+
+log = logging.getLogger("outlast.store")
+
+
+def make_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) 0700; warn when an existing one is open to others."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError as exc:
+        raise StoreError(f"cannot create the store folder {path}: {exc}") from exc
+    if mode & 0o077:
+        log.warning(
+            "store folder %s is readable by others (mode %o); job payloads, results and logs "
+            "can hold secrets: chmod 700 it",
+            path,
+            mode,
+        )
+    return path
+
+
+def encode(state: JobState) -> bytes:
+    return json.dumps(state.to_dict(), separators=(",", ":"), allow_nan=False).encode()
+
+
+def decode(job_id: str, raw: bytes | str | None) -> JobState:
+    """Parse a stored document; :class:`CorruptJob` names the job and says what is wrong."""
+    try:
+        if raw is None or len(raw) == 0:
+            raise CorruptJob("the document is empty")
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        data = json.loads(text)
+        state = JobState.from_dict(data)
+    except CorruptJob as exc:
+        raise CorruptJob(f"job {job_id} is corrupt: {exc.message}") from exc
+    except UnicodeDecodeError as exc:
+        raise CorruptJob(f"job {job_id} is corrupt: not valid UTF-8 ({exc.reason})") from exc
+    except ValueError as exc:
+        raise CorruptJob(f"job {job_id} is corrupt: not valid JSON ({exc})") from exc
+    except TypeError as exc:
+        raise CorruptJob(f"job {job_id} is corrupt: {exc}") from exc
+    if state.id != job_id:
+        raise CorruptJob(f"job {job_id} is corrupt: the document names job {state.id!r}")
+    return state
+
+
+def encode_event(event: ProgressEvent) -> bytes:
+    return json.dumps(event.to_dict(), separators=(",", ":"), allow_nan=False).encode()
+
+
+class LocalParts:
+    """The side folder of a local store: ``locks/``, ``pulse/`` and ``logs/``."""
+
+    def __init__(self, root: Path, lock_dir: Path | None = None) -> None:
+        self.root = make_private_dir(root)
+        self.locks = WorkerLocks(make_private_dir(lock_dir or root / "locks"))
+        self.pulses = notify.Pulses(make_private_dir(root / "pulse"))
+        self.logs = make_private_dir(root / "logs")
+
+    def pulse(self, job_id: str, claimable: bool) -> None:
+        channels = [notify.job_channel(job_id)]
+        if claimable:
+            channels.append(notify.QUEUE)
+        self.pulses.pulse(channels)
+
+    def listen(self, job_ids: list[str] | None, queue: bool) -> notify.Listener:
+        if job_ids is None:
+            return self.pulses.listen(None)
+        channels = {notify.job_channel(j) for j in job_ids}
+        if queue:
+            channels.add(notify.QUEUE)
+        return self.pulses.listen(sorted(channels))
+
+    def log_path(self, job_id: str) -> Path:
+        return self.logs / f"{job_id}.log"
+
+    def forget(self, job_id: str) -> None:
+        """Remove what a deleted job left on disk beside the store."""
+        self.locks.remove(job_id)
+        try:
+            os.unlink(self.log_path(job_id))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("could not remove the log of job %s: %s", job_id, exc)
+
+    def acquire(self, job_id: str) -> Any:
+        return self.locks.acquire(job_id)
+
+    def close(self) -> None:
+        self.pulses.close()

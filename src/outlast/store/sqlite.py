@@ -1,0 +1,321 @@
+"""The SQLite adapter: the zero-setup default, one machine by nature.
+
+WAL mode, one transaction per transition, ``BEGIN IMMEDIATE`` for every read-modify-write so
+two writers serialise on SQLite's own lock. The job document is stored whole as JSON beside the
+columns that are queried (status, queue, kind, times), which carry the indexes: ``get`` is a
+primary-key lookup and ``claim`` walks the ``(status, queue, created_at)`` index, so neither
+slows with the number of jobs. ``synchronous=NORMAL``: a committed transition survives any
+process crash; only a power loss can take back the last moments.
+
+Worker locks are flock files in ``<db>.d/locks``; waiters are woken by pulse files in
+``<db>.d/pulse`` (see :mod:`outlast.store.notify`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from outlast import machine
+from outlast.errors import CorruptJob, JobActive, JobNotFound, StoreError
+from outlast.model import JobState, Kind, ProgressEvent, Status, format_time, utcnow
+from outlast.store import _local
+from outlast.store.base import Capabilities, Store, Transition
+from outlast.store.notify import Listener
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    worker TEXT,
+    run_after TEXT,
+    created_at TEXT NOT NULL,
+    seq INTEGER NOT NULL DEFAULT 0,
+    doc BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (status, queue, created_at, id);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at, id);
+CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at, id);
+CREATE TABLE IF NOT EXISTS labels (
+    job_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (job_id, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS labels_kv ON labels (key, value);
+CREATE TABLE IF NOT EXISTS events (
+    job_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    doc BLOB NOT NULL,
+    PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
+PRAGMA user_version = 1;
+"""
+
+
+@contextlib.contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """Turn sqlite3 and OS failures into :class:`StoreError` at the boundary."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreError(f"sqlite store: {what}: {exc}") from exc
+    except OSError as exc:
+        raise StoreError(f"sqlite store: {what}: {exc}") from exc
+
+
+class SQLiteStore(Store):
+    capabilities = Capabilities(pushes_notifications=True, spans_hosts=False)
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path).absolute()
+        self.url = f"sqlite://{self.path}"
+        _local.make_private_dir(self.path.parent)
+        self.parts = _local.LocalParts(Path(f"{self.path}.d"))
+        self._local = threading.local()
+        with _translated("open"):
+            if not self.path.exists():
+                os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executescript(_SCHEMA)  # commits
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    # ------------------------------------------------------------------ connections
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = sqlite3.connect(
+                self.path, timeout=60.0, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=60000")
+            self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    @contextlib.contextmanager
+    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        with _translated(what):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+        self.parts.close()
+
+    # ------------------------------------------------------------------ rows
+    @staticmethod
+    def _row(state: JobState) -> tuple[Any, ...]:
+        return (
+            str(state.status),
+            str(state.kind),
+            state.queue,
+            state.worker,
+            format_time(state.run_after),
+            format_time(state.created_at),
+            _local.encode(state),
+        )
+
+    def _insert(self, state: JobState) -> None:
+        with self._write("create") as conn:
+            conn.execute(
+                "INSERT INTO jobs (status, kind, queue, worker, run_after, created_at, doc, id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (*self._row(state), state.id),
+            )
+            if state.labels:
+                conn.executemany(
+                    "INSERT INTO labels (job_id, key, value) VALUES (?, ?, ?)",
+                    [(state.id, k, v) for k, v in state.labels.items()],
+                )
+
+    def _read_with(self, conn: sqlite3.Connection, job_id: str) -> tuple[JobState, int]:
+        row = conn.execute("SELECT doc, seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job {job_id}")
+        return _local.decode(job_id, row[0]), row[1]
+
+    def _read(self, job_id: str) -> JobState:
+        with _translated(f"read {job_id}"):
+            return self._read_with(self._conn(), job_id)[0]
+
+    def _update(
+        self, conn: sqlite3.Connection, old: JobState, new: JobState, seq: int, events: list[Any]
+    ) -> list[ProgressEvent]:
+        stored: list[ProgressEvent] = []
+        if events:
+            now = utcnow()
+            for event in events:
+                seq += 1
+                stored.append(
+                    ProgressEvent(new.id, seq, now, event.step, event.status, event.message)
+                )
+            conn.executemany(
+                "INSERT INTO events (job_id, seq, doc) VALUES (?, ?, ?)",
+                [(e.job_id, e.seq, _local.encode_event(e)) for e in stored],
+            )
+        conn.execute(
+            "UPDATE jobs SET status = ?, kind = ?, queue = ?, worker = ?, run_after = ?,"
+            " created_at = ?, doc = ?, seq = ? WHERE id = ?",
+            (*self._row(new), seq, new.id),
+        )
+        if new.labels != old.labels:
+            conn.execute("DELETE FROM labels WHERE job_id = ?", (new.id,))
+            conn.executemany(
+                "INSERT INTO labels (job_id, key, value) VALUES (?, ?, ?)",
+                [(new.id, k, v) for k, v in new.labels.items()],
+            )
+        return stored
+
+    def _modify(self, job_id: str, fn: Transition) -> tuple[JobState, list[ProgressEvent]]:
+        with self._write(f"update {job_id}") as conn:
+            state, seq = self._read_with(conn, job_id)
+            change = fn(state)
+            if change is None:
+                return state, []
+            events = self._update(conn, state, change.state, seq, list(change.events))
+        self.parts.pulse(job_id, change.claimable)
+        return change.state, events
+
+    def _select(
+        self, status: Status | None, labels: dict[str, str], limit: int | None, before: str | None
+    ) -> list[JobState]:
+        where, args = [], []
+        if status is not None:
+            where.append("status = ?")
+            args.append(str(status))
+        for key, value in labels.items():
+            where.append("id IN (SELECT job_id FROM labels WHERE key = ? AND value = ?)")
+            args += [key, value]
+        with _translated("list"):
+            conn = self._conn()
+            if before is not None:
+                row = conn.execute("SELECT created_at FROM jobs WHERE id = ?", (before,)).fetchone()
+                if row is None:
+                    raise JobNotFound(f"no job {before} (the 'before' cursor)")
+                where.append("(created_at, id) < (?, ?)")
+                args += [row[0], before]
+            sql = "SELECT id, doc FROM jobs"
+            if where:
+                sql += " WHERE " + " AND ".join(where)
+            sql += " ORDER BY created_at DESC, id DESC"
+            if limit is not None:
+                sql += f" LIMIT {int(limit)}"
+            rows = conn.execute(sql, args).fetchall()
+        states = []
+        for job_id, doc in rows:
+            try:
+                states.append(_local.decode(job_id, doc))
+            except CorruptJob as exc:
+                _local.log.warning("skipping a corrupt job in the listing: %s", exc)
+        return states
+
+    def _remove(self, job_id: str, force: bool) -> None:
+        with self._write(f"delete {job_id}") as conn:
+            row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFound(f"no job {job_id}")
+            if not force and row[0] not in {s.value for s in Status if s.terminal}:
+                raise JobActive(f"job {job_id} is {row[0]}; cancel it first or force the delete")
+            for table, column in (("jobs", "id"), ("events", "job_id"), ("labels", "job_id")):
+                conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))
+        self.parts.forget(job_id)
+        self.parts.pulse(job_id, False)
+
+    def _claim(
+        self,
+        worker: str,
+        limit: int,
+        queues: list[str] | None,
+        kinds: list[Kind] | None,
+        now: datetime,
+    ) -> list[tuple[JobState, Any]]:
+        where = ["status = 'pending'", "worker IS NULL", "(run_after IS NULL OR run_after <= ?)"]
+        args: list[Any] = [format_time(now)]
+        if queues:
+            where.append(f"queue IN ({','.join('?' * len(queues))})")
+            args += queues
+        if kinds:
+            where.append(f"kind IN ({','.join('?' * len(kinds))})")
+            args += [str(k) for k in kinds]
+        sql = f"SELECT id FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?"
+        claimed: list[tuple[JobState, Any]] = []
+        with self._write("claim") as conn:
+            try:
+                for (job_id,) in conn.execute(sql, (*args, limit * 2)).fetchall():
+                    if len(claimed) >= limit:
+                        break
+                    lock = self.parts.locks.try_acquire(job_id)
+                    if lock is None:
+                        continue
+                    try:
+                        state, seq = self._read_with(conn, job_id)
+                        change = machine.start(state, worker, now)
+                    except CorruptJob as exc:
+                        _local.log.warning("not claiming a corrupt job: %s", exc)
+                        change = None
+                    if change is None:
+                        self.parts.locks.release(job_id, lock)
+                        continue
+                    self._update(conn, state, change.state, seq, list(change.events))
+                    claimed.append((change.state, lock))
+            except BaseException:
+                for state, lock in claimed:
+                    self.parts.locks.release(state.id, lock)
+                raise
+        for state, _ in claimed:
+            self.parts.pulse(state.id, False)
+        return claimed
+
+    def _events(self, job_id: str, after: int, limit: int | None) -> list[ProgressEvent]:
+        sql = "SELECT doc FROM events WHERE job_id = ? AND seq > ? ORDER BY seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with _translated(f"events of {job_id}"):
+            rows = self._conn().execute(sql, (job_id, after)).fetchall()
+        try:
+            return [ProgressEvent.from_dict(json.loads(doc)) for (doc,) in rows]
+        except (ValueError, CorruptJob) as exc:
+            raise CorruptJob(f"job {job_id} has a corrupt event: {exc}") from exc
+
+    # ------------------------------------------------------------------ locks, notification
+    def _lock_acquire(self, job_id: str) -> Any:
+        return self.parts.acquire(job_id)
+
+    def _lock_held(self, job_id: str) -> bool:
+        return self.parts.locks.held(job_id)
+
+    def _lock_release(self, job_id: str, handle: Any) -> None:
+        self.parts.locks.release(job_id, handle)
+
+    def _pulse(self, job_id: str, claimable: bool = False) -> None:
+        self.parts.pulse(job_id, claimable)
+
+    def listen(self, job_ids: list[str] | None = None, queue: bool = False) -> Listener:
+        return self.parts.listen(job_ids, queue)
+
+    def log_path(self, job_id: str) -> Path:
+        return self.parts.log_path(job_id)
