@@ -6,22 +6,52 @@ lock the kernel (or PostgreSQL) frees when it dies, and polled or streamed from 
 
 from __future__ import annotations
 
-from outlast.errors import (
-    Canceled,
-    CorruptJob,
-    Fail,
-    InvalidInput,
-    InvalidJobId,
-    InvalidTransition,
-    JobActive,
-    JobNotFound,
-    OutlastError,
-    Pause,
-    StoreError,
-    WorkerLockHeld,
-)
-from outlast.model import ErrorInfo, EventStatus, JobState, Kind, ProgressEvent, Status
-from outlast.store import Reporter, Store, Task, open_store
+# Not typing.TYPE_CHECKING: importing typing costs the CLI's fast path a third of its time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from outlast.errors import (
+        Canceled,
+        CorruptJob,
+        Fail,
+        InvalidInput,
+        InvalidJobId,
+        InvalidTransition,
+        JobActive,
+        JobNotFound,
+        OutlastError,
+        Pause,
+        StoreError,
+        WorkerLockHeld,
+    )
+    from outlast.model import ErrorInfo, EventStatus, JobState, Kind, ProgressEvent, Status
+    from outlast.store import Reporter, Store, Task, open_store
+
+# Names load on first use (PEP 562), so ``import outlast.cli`` for a status call stays light.
+_LAZY = {
+    "outlast.errors": (
+        "Canceled CorruptJob Fail InvalidInput InvalidJobId InvalidTransition JobActive "
+        "JobNotFound OutlastError Pause StoreError WorkerLockHeld"
+    ),
+    "outlast.model": "ErrorInfo EventStatus JobState Kind ProgressEvent Status",
+    "outlast.store": "Reporter Store Task open_store",
+}
+_WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
+
+
+def __getattr__(name: str) -> object:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'outlast' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 import time
 
 from outlast.errors import InvalidJobId
@@ -14,7 +14,7 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 def new_id() -> str:
     """A fresh id: 12 hex digits of milliseconds then 8 random hex digits (sorts by time)."""
-    return f"{int(time.time() * 1000):012x}{secrets.token_hex(4)}"
+    return f"{int(time.time() * 1000):012x}{os.urandom(4).hex()}"
 
 
 def check_id(job_id: object) -> str:

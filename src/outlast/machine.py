@@ -9,7 +9,6 @@ in the same write as the state, so a watcher that sees a terminal state also see
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -66,6 +65,8 @@ def fenced_out(state: JobState, attempt: int | None) -> bool:
 
 def backoff(attempt: int, base: float) -> float:
     """Exponential backoff with jitter: ``base * 2**(attempt-1)``, times 0.5-1.0, capped."""
+    import random  # not at import time: the CLI's fast path never retries
+
     return min(MAX_BACKOFF, base * 2.0 ** max(0, attempt - 1)) * random.uniform(0.5, 1.0)
 
 

@@ -6,9 +6,7 @@ URLs: ``sqlite:///abs/path.db``, ``files:///abs/dir``, ``postgresql://…``. Wit
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from outlast import config
+from outlast import config, paths
 from outlast.errors import InvalidInput
 from outlast.store.base import Capabilities, Listener, Reporter, Store, Task, worker_name
 
@@ -25,10 +23,8 @@ __all__ = [
 
 
 def default_url() -> str:
-    """SQLite in the user's state directory (platformdirs), e.g. ~/.local/state/outlast."""
-    import platformdirs
-
-    return f"sqlite://{Path(platformdirs.user_state_dir('outlast')) / 'outlast.db'}"
+    """SQLite in the user's state directory, e.g. ``~/.local/state/outlast/outlast.db``."""
+    return paths.default_store_url()
 
 
 def open_store(url: str | None = None) -> Store:

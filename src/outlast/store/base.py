@@ -11,7 +11,6 @@ from __future__ import annotations
 import abc
 import builtins
 import os
-import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -63,7 +62,7 @@ class Listener(Protocol):
 
 def worker_name() -> str:
     """``host:pid`` of this process: how a job names the process that holds it."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{os.uname().nodename}:{os.getpid()}"
 
 
 def parse_label(label: str | Mapping[str, str] | None) -> dict[str, str]:

@@ -23,12 +23,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-try:  # pragma: no cover - import guard
-    from inotify_simple import INotify, flags
 
-    HAVE_INOTIFY = True
-except (ImportError, OSError):  # pragma: no cover - non-Linux
-    HAVE_INOTIFY = False
+def _inotify() -> Any:
+    """inotify_simple's module, or None where inotify is unavailable (imported on first use:
+    ctypes is too heavy for the CLI's fast path)."""
+    try:
+        import inotify_simple
+    except (ImportError, OSError):  # pragma: no cover - not Linux
+        return None
+    return inotify_simple
 
 QUEUE = "queue"
 SHARDS = 16
@@ -90,10 +93,11 @@ class Listener:
 
     def __init__(self, directory: Path, channels: tuple[str, ...]) -> None:
         self._inotify: Any = None
-        if HAVE_INOTIFY:
-            self._inotify = INotify()
+        module = _inotify()
+        if module is not None:
+            self._inotify = module.INotify()
             for channel in channels:
-                self._inotify.add_watch(str(directory / channel), flags.MODIFY)
+                self._inotify.add_watch(str(directory / channel), module.flags.MODIFY)
 
     def fileno(self) -> int | None:
         """The fd to select on (for event loops), or None when polling."""

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from outlast import machine
+from outlast import machine, paths
 from outlast.errors import CorruptJob, JobActive, JobNotFound, StoreError
 from outlast.model import JobState, Kind, ProgressEvent, Status, format_time, utcnow
 from outlast.store import _local
@@ -80,7 +80,7 @@ class SQLiteStore(Store):
         self.path = Path(path).absolute()
         self.url = f"sqlite://{self.path}"
         _local.make_private_dir(self.path.parent)
-        self.parts = _local.LocalParts(Path(f"{self.path}.d"))
+        self.parts = _local.LocalParts(Path(paths.sqlite_side_dir(str(self.path))))
         self._local = threading.local()
         with _translated("open"):
             if not self.path.exists():

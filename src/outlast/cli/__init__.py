@@ -1,0 +1,18 @@
+"""The ``outlast`` command. ``main`` tries the light fast path first (``status``), then click."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["status"]:
+        from outlast.cli.fast import status
+
+        code = status(args)
+        if code is not None:
+            sys.exit(code)
+    from outlast.cli.app import run_cli
+
+    run_cli(args)

@@ -1,0 +1,123 @@
+"""The fast path of ``outlast status ID [--json] [--store URL]`` for local stores.
+
+Scripts and agents run ``status`` in a loop, so it must cost little more than starting Python:
+this reads the stored document with sqlite3 (or one file) and json alone, without the model,
+the store, click or psutil. It answers only when that is exactly right: anything unusual (a
+flag it does not know, a PostgreSQL store, a corrupt document, a job that looks abandoned and
+needs reconciling) returns None, and the full CLI handles the call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+TYPE_CHECKING = False  # typing is too heavy for the fast path
+if TYPE_CHECKING:
+    from typing import Any
+
+_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_STATUSES = frozenset({"pending", "running", "paused", "succeeded", "failed", "canceled"})
+
+
+def _parse(argv: list[str]) -> tuple[str, bool, str | None] | None:
+    if not argv or argv[0] != "status":
+        return None
+    job_id, as_json, store = None, False, None
+    rest = iter(argv[1:])
+    for arg in rest:
+        if arg == "--json":
+            as_json = True
+        elif arg == "--store":
+            store = next(rest, None)
+            if store is None:
+                return None
+        elif arg.startswith("--store="):
+            store = arg[len("--store=") :]
+        elif arg.startswith("-") or job_id is not None:
+            return None
+        else:
+            job_id = arg
+    if job_id is None or len(job_id) > 128 or not job_id[:1].isalnum():
+        return None
+    if not set(job_id) <= _ID_CHARS:
+        return None
+    return job_id, as_json, store
+
+
+def _read(url: str, job_id: str) -> dict[str, Any] | None:
+    scheme, _, path = url.partition("://")
+    if scheme == "sqlite" and path.startswith("/"):
+        import sqlite3
+
+        if not os.path.exists(path):
+            return None
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+        try:
+            row = conn.execute("SELECT doc FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        finally:
+            conn.close()
+        raw = row[0] if row else None
+    elif scheme == "files" and path.startswith("/"):
+        try:
+            with open(os.path.join(path, f"{job_id}.json"), "rb") as handle:
+                raw = handle.read()
+        except FileNotFoundError:
+            return None
+    else:
+        return None
+    if not raw:
+        return None
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or doc.get("id") != job_id or doc.get("status") not in _STATUSES:
+        return None
+    return doc
+
+
+def _lock_free(url: str, job_id: str) -> bool:
+    import fcntl
+
+    from outlast.paths import worker_lock_path
+
+    path = worker_lock_path(url, job_id)
+    if path is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def status(argv: list[str]) -> int | None:
+    """Answer ``status`` from the stored document; None hands the call to the full CLI."""
+    parsed = _parse(argv)
+    if parsed is None:
+        return None
+    job_id, as_json, url = parsed
+    if url is None:
+        from outlast.paths import default_store_url
+
+        url = os.environ.get("OUTLAST_STORE") or default_store_url()
+    try:
+        doc = _read(url, job_id)
+        if doc is None:
+            return None
+        status = doc["status"]
+        if (status == "running" or (status == "pending" and doc.get("worker"))) and _lock_free(
+            url, job_id
+        ):
+            return None  # looks abandoned: the full path reconciles it
+    except Exception:  # anything odd: let the full path say it properly
+        return None
+    from outlast.cli import render
+
+    sys.stdout.write((render.dumps(doc) if as_json else render.job_text(doc)) + "\n")
+    return 0

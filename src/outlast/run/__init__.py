@@ -1,0 +1,2 @@
+"""Driving jobs: the supervisor of command jobs, spawning detached workers, the pool, and
+reconciling jobs whose worker died."""

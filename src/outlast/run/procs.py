@@ -1,0 +1,106 @@
+"""Processes: start times, and killing a job's process group without ever hitting a reused PID.
+
+Linux never hands out a PID number while any process still uses it as its PID, process-group id
+or session id. So for a command that leads its own group:
+
+- if a process with that PID exists and its kernel start time is the one recorded, it is our
+  leader and ``killpg`` reaches exactly our group;
+- if a process with that PID exists with another start time, the number was reused, which means
+  our whole group is gone: nothing is signaled;
+- if no process has that PID but the group still exists, its members are ours (the number
+  cannot have been reused while they hold it), and ``killpg`` reaches them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from datetime import UTC, datetime
+
+import psutil
+
+START_TOLERANCE = 0.01  # seconds; both sides read the same kernel value through psutil
+
+
+def start_time(pid: int) -> datetime | None:
+    """The kernel's start time of ``pid``, or None when no such process exists."""
+    try:
+        return datetime.fromtimestamp(psutil.Process(pid).create_time(), UTC)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        return None
+
+
+def is_same(pid: int, started_at: datetime | None) -> bool | None:
+    """True: ``pid`` is the process recorded; False: the PID was reused; None: no such PID."""
+    now = start_time(pid)
+    if now is None:
+        return None
+    if started_at is None:
+        return False
+    return abs((now - started_at).total_seconds()) <= START_TOLERANCE
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to the group; False when it no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def terminate_group(pgid: int, grace: float, is_done: object = None, poll: float = 0.02) -> None:
+    """SIGTERM the group, wait up to ``grace`` seconds for it to empty, then SIGKILL it.
+
+    ``is_done`` (a callable) may end the wait early, e.g. when the caller reaps the leader
+    itself; the group is SIGKILLed afterwards either way if anything of it is left.
+    """
+    if not signal_group(pgid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and group_alive(pgid):
+        if callable(is_done):
+            is_done()
+        time.sleep(poll)
+    if group_alive(pgid):
+        signal_group(pgid, signal.SIGKILL)
+
+
+def kill_leftovers(pid: int, started_at: datetime | None, grace: float = 0.5) -> bool:
+    """Terminate what is left of a dead worker's command group, checking identity first.
+
+    Returns True when something was signaled. A PID that now belongs to another process is
+    never signaled (see the module docstring).
+    """
+    same = is_same(pid, started_at)
+    if same is False:
+        return False
+    if same is None and not group_alive(pid):
+        return False
+    with contextlib.suppress(PermissionError):
+        terminate_group(pid, grace)
+        return True
+    return False
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass

@@ -1,0 +1,41 @@
+"""Starting detached workers: a process in a new session, stdio to the job's log."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+from outlast.store import Store
+
+
+def start_detached(store: Store, job_id: str, argv: list[str]) -> int:
+    """Start ``python argv…`` detached from this terminal and session; returns its PID.
+
+    The process gets a new session (no controlling terminal, so a hangup of the starting shell
+    never reaches it), ``/dev/null`` as stdin, and the job's log as stdout and stderr. It is not
+    waited for; a thread reaps it so a long-lived caller collects no zombies.
+    """
+    log = os.open(
+        store.log_path(job_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+    )
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            env=dict(os.environ, OUTLAST_STORE=store.url),
+        )
+    finally:
+        os.close(log)
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+    return proc.pid
+
+
+def spawn_supervisor(store: Store, job_id: str) -> int:
+    """Start the supervisor of command job ``job_id``."""
+    return start_detached(store, job_id, ["-m", "outlast.run.supervisor", store.url, job_id])
