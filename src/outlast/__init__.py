@@ -24,6 +24,9 @@ if TYPE_CHECKING:
         WorkerLockHeld,
     )
     from outlast.model import ErrorInfo, EventStatus, JobState, Kind, ProgressEvent, Status
+    from outlast.run.api import spawn, submit, use_store
+    from outlast.run.context import JobContext, current
+    from outlast.run.registry import JobSpec, job
     from outlast.store import Reporter, Store, Task, open_store
 
 # Names load on first use (PEP 562), so ``import outlast.cli`` for a status call stays light.
@@ -34,6 +37,9 @@ _LAZY = {
     ),
     "outlast.model": "ErrorInfo EventStatus JobState Kind ProgressEvent Status",
     "outlast.store": "Reporter Store Task open_store",
+    "outlast.run.registry": "JobSpec job",
+    "outlast.run.api": "spawn submit use_store",
+    "outlast.run.context": "JobContext current",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
 
@@ -65,7 +71,9 @@ __all__ = [
     "InvalidJobId",
     "InvalidTransition",
     "JobActive",
+    "JobContext",
     "JobNotFound",
+    "JobSpec",
     "JobState",
     "Kind",
     "OutlastError",
@@ -78,5 +86,10 @@ __all__ = [
     "Task",
     "WorkerLockHeld",
     "__version__",
+    "current",
+    "job",
     "open_store",
+    "spawn",
+    "submit",
+    "use_store",
 ]

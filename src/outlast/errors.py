@@ -27,6 +27,9 @@ from typing import Any
 class OutlastError(Exception):
     """An outlast operation failed."""
 
+    #: The error code recorded on a job that this error fails (see ``ErrorInfo.code``).
+    code: str = "error"
+
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or (self.__doc__ or "").strip())
 

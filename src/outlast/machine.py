@@ -127,6 +127,7 @@ def succeed(state: JobState, attempt: int | None, result: JSON, now: datetime) -
 def error_info(exc: BaseException | ErrorInfo, code: str = ErrorCode.ERROR) -> ErrorInfo:
     if isinstance(exc, ErrorInfo):
         return ErrorInfo(exc.code, redact_text(exc.message), exc.hint, exc.type)
+    code = getattr(exc, "code", code) if isinstance(getattr(exc, "code", None), str) else code
     kind = type(exc)
     name = kind.__qualname__
     if kind.__module__ != "builtins":
@@ -191,7 +192,14 @@ def pause(state: JobState, attempt: int | None, question: JSON, now: datetime) -
 def resume(state: JobState, answer: JSON, now: datetime) -> Change:
     if state.status != Status.PAUSED:
         raise InvalidTransition(f"job {state.id} is {state.status}, not paused")
-    new = state.evolve(status=Status.PENDING, answer=answer, run_after=None, updated_at=now)
+    # The paused run asked a question rather than failing: it does not use up an attempt.
+    new = state.evolve(
+        status=Status.PENDING,
+        answer=answer,
+        run_after=None,
+        updated_at=now,
+        max_attempts=state.max_attempts + 1,
+    )
     event = NewEvent(JOB_STEP, EventStatus.PROGRESS, {"resumed": True})
     return Change(new, (event,), claimable=True)
 
@@ -211,6 +219,15 @@ def release(state: JobState, attempt: int | None, now: datetime) -> Change | Non
     return Change(new, (event,), claimable=True)
 
 
+def _cleanup_pending(state: JobState) -> bool:
+    """A pipeline whose ``ALL_DONE`` stages (``payload["cleanup"]``) have not all run."""
+    cleanup = state.payload.get("cleanup")
+    done = state.payload.get("stages")
+    if not isinstance(cleanup, list) or not cleanup:
+        return False
+    return not isinstance(done, dict) or any(name not in done for name in cleanup)
+
+
 def abandon(state: JobState, now: datetime) -> Change | None:
     """Reconcile a job whose worker died: retry while attempts are left, else failed."""
     if state.terminal or state.status == Status.PAUSED:
@@ -223,6 +240,19 @@ def abandon(state: JobState, now: datetime) -> Change | None:
     message = {"attempt": state.attempts, "error": error.to_dict()}
     if state.status == Status.PENDING or state.attempts < state.max_attempts:
         new = state.evolve(status=Status.PENDING, error=error, worker=None, updated_at=now)
+        return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)
+    if _cleanup_pending(state) and "finalize" not in state.payload:
+        # A pipeline whose cleanup has not run: one more run, for the cleanup only.
+        payload = {**state.payload, "finalize": error.to_dict()}
+        new = state.evolve(
+            status=Status.PENDING,
+            error=error,
+            worker=None,
+            payload=payload,
+            max_attempts=state.max_attempts + 1,
+            updated_at=now,
+        )
+        message["finalize"] = True
         return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)
     new = state.evolve(status=Status.FAILED, error=error, updated_at=now, finished_at=now)
     return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),))

@@ -28,6 +28,22 @@ def sqlite_side_dir(db_path: str) -> str:
     return f"{db_path}.d"
 
 
+def liveness_lock_name(worker: str) -> str:
+    """The file name of a worker process's liveness lock (``host:pid`` made path-safe)."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in worker)
+    return f"@{safe}.lock"
+
+
+def liveness_lock_path(url: str, worker: str) -> str | None:
+    """Where the liveness lock of ``worker`` lives in a local store, or None."""
+    scheme, _, rest = url.partition("://")
+    if scheme == "sqlite":
+        return os.path.join(sqlite_side_dir(rest), "locks", liveness_lock_name(worker))
+    if scheme == "files":
+        return os.path.join(rest, ".outlast", "locks", liveness_lock_name(worker))
+    return None
+
+
 def worker_lock_path(url: str, job_id: str) -> str | None:
     """The worker lock file of a job in a local store, or None for other stores."""
     scheme, _, rest = url.partition("://")

@@ -374,6 +374,137 @@ def report(
         click.echo(render.dumps(event.to_dict()))
 
 
+def _queue_name(value: str) -> str:
+    from outlast.ids import check_id
+
+    try:
+        return check_id(value)
+    except InvalidInput:
+        raise click.BadParameter(
+            f"invalid queue name {value!r}: letters, digits, '.', '_' and '-'",
+            param_hint="--queue",
+        ) from None
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--args", "args_json", metavar="JSON", help="Positional arguments: a JSON list.")
+@click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments: a JSON object.")
+@click.option("--queue", help="Queue (default: the job's own).")
+@click.option("--label", "labels", multiple=True, metavar="K=V", help="Label the job.")
+@click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE first (where the job is registered).",
+)
+@json_option
+@store_option
+def submit(
+    name: str,
+    args_json: str | None,
+    kwargs_json: str | None,
+    queue: str | None,
+    labels: tuple[str, ...],
+    imports: tuple[str, ...],
+    as_json: bool,
+    store_url: str | None,
+) -> None:
+    """Queue the registered job NAME for the pools (outlast worker)."""
+    args = parse_json(args_json, "--args") if args_json is not None else []
+    kwargs = parse_json(kwargs_json, "--kwargs") if kwargs_json is not None else {}
+    if not isinstance(args, list):
+        raise click.BadParameter("must be a JSON list", param_hint="--args")
+    if not isinstance(kwargs, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--kwargs")
+    parsed_labels = parse_labels(labels)
+    if queue is not None:
+        _queue_name(queue)
+    from outlast.run import registry
+    from outlast.run.api import create_job
+
+    registry.import_modules(list(imports))
+    spec = registry.lookup(name)
+    with _open(store_url) as store:
+        task = create_job(store, spec, args, kwargs, queue=queue, labels=parsed_labels)
+        if as_json:
+            _print_job(task.state(), True)
+        else:
+            click.echo(task.id)
+
+
+@cli.command()
+@click.option(
+    "-c",
+    "--concurrency",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Jobs run at once, each in its own process.",
+)
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="Q",
+    help="Claim from this queue (repeatable; default: default).",
+)
+@click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE at start (registers its jobs; repeatable).",
+)
+@click.option("--burst", is_flag=True, help="Exit once no job is pending.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="On SIGTERM, seconds running jobs get to finish before they are requeued.",
+)
+@store_option
+def worker(
+    concurrency: int,
+    queues: tuple[str, ...],
+    imports: tuple[str, ...],
+    burst: bool,
+    grace: float,
+    store_url: str | None,
+) -> None:
+    """Run a pool that claims pending jobs and runs them."""
+    if concurrency < 1:
+        raise click.BadParameter(f"must be >= 1, not {concurrency}", param_hint="--concurrency")
+    for queue in queues:
+        _queue_name(queue)
+    from outlast.run.pool import serve_forever
+
+    processed = serve_forever(
+        store_url, concurrency, list(queues) or None, list(imports), burst, grace
+    )
+    click.echo(f"outlast worker: {processed} job(s) processed", err=True)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--answer", metavar="JSON", help="The answer to the job's question (JSON).")
+@json_option
+@store_option
+def resume(job_id: str, answer: str | None, as_json: bool, store_url: str | None) -> None:
+    """Answer a paused job's question and queue it again."""
+    parsed = parse_json(answer, "--answer")
+    with _open(store_url) as store:
+        state = store.open(job_id).resume(parsed)
+        if state.kind == "command":  # pragma: no cover - commands do not pause
+            pass
+    if as_json:
+        _print_job(state, True)
+    else:
+        click.echo(f"{job_id} resumed")
+
+
 def run_cli(argv: list[str]) -> None:
     try:
         cli.main(args=argv, prog_name="outlast")

@@ -75,14 +75,22 @@ def _read(url: str, job_id: str) -> dict[str, Any] | None:
     return doc
 
 
-def _lock_free(url: str, job_id: str) -> bool:
+def _worker_gone(url: str, job_id: str, worker: str | None) -> bool:
+    """True when neither the job's worker lock nor its worker's liveness lock is held."""
+    from outlast.paths import liveness_lock_path, worker_lock_path
+
+    job_lock = worker_lock_path(url, job_id)
+    if job_lock is None:
+        return False
+    if not _lock_free(job_lock):
+        return False
+    alive = liveness_lock_path(url, worker) if worker else None
+    return alive is None or _lock_free(alive)
+
+
+def _lock_free(path: str) -> bool:
     import fcntl
 
-    from outlast.paths import worker_lock_path
-
-    path = worker_lock_path(url, job_id)
-    if path is None:
-        return False
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -111,8 +119,9 @@ def status(argv: list[str]) -> int | None:
         if doc is None:
             return None
         status = doc["status"]
-        if (status == "running" or (status == "pending" and doc.get("worker"))) and _lock_free(
-            url, job_id
+        worker = doc.get("worker")
+        if (status == "running" or (status == "pending" and worker)) and _worker_gone(
+            url, job_id, worker
         ):
             return None  # looks abandoned: the full path reconciles it
     except Exception:  # anything odd: let the full path say it properly

@@ -22,7 +22,8 @@ def watch(store: Store, job_id: str, fancy: bool) -> JobState:
 
 def _plain(store: Store, job_id: str) -> JobState:
     state = store.get(job_id)
-    for state, events in follow(store, job_id):
+    for update in follow(store, job_id):
+        state, events = update
         for event in events:
             click.echo(render.event_line(event.to_dict()))
     click.echo(f"{job_id} {state.status}")
@@ -46,7 +47,8 @@ def _rich(store: Store, job_id: str) -> JobState:
     state = store.get(job_id)
     with progress:
         bar = progress.add_task("", total=100, name=state.name, status="", step="")
-        for state, events in follow(store, job_id):
+        for update in follow(store, job_id):
+            state, events = update
             for event in events:
                 progress.console.print(render.event_line(event.to_dict()), highlight=False)
             known = state.progress is not None

@@ -34,11 +34,28 @@ def _progress(doc: dict[str, Any]) -> str:
     return "-" if value is None else f"{value:.0f}%"
 
 
-def job_text(doc: dict[str, Any]) -> str:
-    """A job as ``key: value`` lines for a person."""
-    status = doc["status"]
+def _status(doc: dict[str, Any]) -> str:
+    status = str(doc["status"])
     if doc.get("max_attempts", 1) > 1 or doc.get("attempts", 0) > 1:
         status += f" (attempt {doc.get('attempts', 0)} of {doc.get('max_attempts', 1)})"
+    return status
+
+
+def _outcome_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    if doc.get("error"):
+        err = doc["error"]
+        rows.append(("error", f"[{err.get('code')}] {err.get('message')}"))
+        if err.get("hint"):
+            rows.append(("hint", err["hint"]))
+    if doc.get("result") is not None:
+        rows.append(("result", json.dumps(doc["result"], ensure_ascii=False)))
+    return rows
+
+
+def job_text(doc: dict[str, Any]) -> str:
+    """A job as ``key: value`` lines for a person."""
+    status = _status(doc)
     rows = [
         ("id", doc["id"]),
         ("name", doc.get("name")),
@@ -59,20 +76,11 @@ def job_text(doc: dict[str, Any]) -> str:
         rows.append(("question", json.dumps(doc["question"], ensure_ascii=False)))
     if doc.get("answer") is not None:
         rows.append(("answer", json.dumps(doc["answer"], ensure_ascii=False)))
-    if doc.get("pid"):
-        rows.append(("pid", str(doc["pid"])))
-    if doc.get("worker"):
-        rows.append(("worker", doc["worker"]))
+    rows += [(k, str(doc[k])) for k in ("pid", "worker") if doc.get(k)]
     for key in ("created_at", "started_at", "finished_at", "run_after"):
         if doc.get(key):
             rows.append((key.replace("_at", "").replace("_", " "), doc[key]))
-    if doc.get("error"):
-        err = doc["error"]
-        rows.append(("error", f"[{err.get('code')}] {err.get('message')}"))
-        if err.get("hint"):
-            rows.append(("hint", err["hint"]))
-    if doc.get("result") is not None:
-        rows.append(("result", json.dumps(doc["result"], ensure_ascii=False)))
+    rows += _outcome_rows(doc)
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k + ':':<{width + 1}} {v}" for k, v in rows)
 

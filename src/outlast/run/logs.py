@@ -87,31 +87,13 @@ def follow(
         watcher = inotify_simple.INotify()
         mask = inotify_simple.flags
         watcher.add_watch(str(path.parent), mask.MODIFY | mask.CREATE | mask.MOVED_TO)
-    rotated = Path(f"{path}.1")
-    offset, inode = 0, None
+    reader = _Tail(path, out)
     for old in log_files(path)[:-1] if path.exists() else []:
         out(old.read_bytes())
     try:
         while True:
             done = finished()  # check before reading, so the last output is read after it
-            try:
-                with open(path, "rb") as handle:
-                    stat = os.fstat(handle.fileno())
-                    if inode is not None and stat.st_ino != inode:
-                        # rotated under us: finish the old file from where we were
-                        if rotated.exists() and rotated.stat().st_ino == inode:
-                            with open(rotated, "rb") as old_handle:
-                                old_handle.seek(offset)
-                                out(old_handle.read())
-                        offset = 0
-                    inode = stat.st_ino
-                    handle.seek(offset)
-                    chunk = handle.read()
-                    offset += len(chunk)
-                    if chunk:
-                        out(chunk)
-            except FileNotFoundError:
-                pass
+            reader.read_new()
             if done:
                 return
             fds = [fd for fd in (listener_fd, watcher.fileno() if watcher else None) if fd]
@@ -126,6 +108,38 @@ def follow(
     finally:
         if watcher is not None:
             watcher.close()
+
+
+class _Tail:
+    """Reads what was appended to a log since the last call, across one rotation."""
+
+    def __init__(self, path: Path, out: Callable[[bytes], None]) -> None:
+        self.path, self.rotated, self.out = path, Path(f"{path}.1"), out
+        self.offset, self.inode = 0, -1
+
+    def read_new(self) -> None:
+        try:
+            with open(self.path, "rb") as handle:
+                inode = os.fstat(handle.fileno()).st_ino
+                if self.inode not in (-1, inode):
+                    self._finish_rotated()
+                self.inode = inode
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(chunk)
+        if chunk:
+            self.out(chunk)
+
+    def _finish_rotated(self) -> None:
+        """The log was rotated under us: print the rest of the old file from where we were."""
+        with contextlib.suppress(FileNotFoundError):
+            if self.rotated.stat().st_ino == self.inode:
+                with open(self.rotated, "rb") as old:
+                    old.seek(self.offset)
+                    self.out(old.read())
+        self.offset = 0
 
 
 def write_stdout(data: bytes) -> None:

@@ -28,12 +28,19 @@ def reconcile(store: Store, state: JobState) -> JobState:
         from outlast.run import procs
 
         procs.kill_leftovers(state.pid, state.pid_started_at)
-    was_dedicated = state.worker is not None
     after = store.reconcile(state)
-    if after.status == Status.PENDING and after.kind == Kind.COMMAND and was_dedicated:
+    if after.status != Status.PENDING or after.worker is not None:
+        return after
+    # Back to pending with nobody bound to it: restart a dedicated worker where pools won't
+    # (two reconcilers may both start one: the second finds the worker lock held and exits).
+    if after.kind == Kind.COMMAND:
         from outlast.run.spawn import spawn_supervisor
 
         spawn_supervisor(store, after.id)
+    elif after.queue == "@dedicated":
+        from outlast.run.api import spawn_dedicated
+
+        spawn_dedicated(store, after.id)
     return after
 
 
@@ -74,8 +81,8 @@ def follow(
 def wait_for(store: Store, job_id: str, timeout: float | None = None) -> JobState:
     """Block until the job is terminal or ``timeout`` passes; returns its latest state."""
     state = store.get(job_id)
-    for state, _ in follow(store, job_id, after=1 << 62, timeout=timeout):
-        pass
+    for update in follow(store, job_id, after=1 << 62, timeout=timeout):
+        state = update[0]
     return state
 
 

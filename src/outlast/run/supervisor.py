@@ -26,7 +26,7 @@ from outlast.errors import JobNotFound, OutlastError, WorkerLockHeld
 from outlast.model import ErrorInfo, JobState, Status, utcnow
 from outlast.run import procs
 from outlast.run.logs import LogWriter
-from outlast.store import Store, Task, open_store, worker_name
+from outlast.store import Store, Task, open_store
 
 DEFAULT_GRACE = 10.0
 
@@ -159,10 +159,9 @@ def supervise(store: Store, job_id: str) -> int:
     except WorkerLockHeld:
         return 0  # another supervisor already runs it
     log = LogWriter(store.log_path(job_id))
-    me = worker_name()
     while True:
         state = _wait_until_due(store, job_id)
-        if state is None or not task.start(me):
+        if state is None or not task.start():
             return 0
         run = None
         try:

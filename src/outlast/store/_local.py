@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from outlast import paths
 from outlast.errors import CorruptJob, StoreError
 from outlast.model import JobState, ProgressEvent
 from outlast.store import notify
@@ -70,6 +71,8 @@ class LocalParts:
     def __init__(self, root: Path, lock_dir: Path | None = None) -> None:
         self.root = make_private_dir(root)
         self.locks = WorkerLocks(make_private_dir(lock_dir or root / "locks"))
+        self.liveness = WorkerLocks(make_private_dir(root / "locks"), suffix="")
+        self._alive: tuple[int, str, int] | None = None  # (pid, worker, fd) held by this process
         self.pulses = notify.Pulses(make_private_dir(root / "pulse"))
         self.logs = make_private_dir(root / "logs")
 
@@ -99,6 +102,21 @@ class LocalParts:
             pass
         except OSError as exc:
             log.warning("could not remove the log of job %s: %s", job_id, exc)
+
+    def hold_liveness(self, worker: str) -> bool:
+        """Hold this process's liveness lock for ``worker`` (once per process); True when it
+        was taken just now, so the caller can reconcile jobs of a dead namesake."""
+        pid = os.getpid()
+        if self._alive is not None and self._alive[0] == pid and self._alive[1] == worker:
+            return False
+        fd = self.liveness.acquire(paths.liveness_lock_name(worker))
+        self._alive = (pid, worker, fd)
+        return True
+
+    def worker_alive(self, worker: str | None) -> bool:
+        if not worker:
+            return False
+        return self.liveness.held(paths.liveness_lock_name(worker))
 
     def acquire(self, job_id: str) -> Any:
         return self.locks.acquire(job_id)

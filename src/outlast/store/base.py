@@ -184,7 +184,7 @@ class Store(abc.ABC):
         if state.status == Status.RUNNING or (
             state.status == Status.PENDING and state.worker is not None
         ):
-            return not self._lock_held(state.id)
+            return not self._lock_held(state.id) and not self._worker_alive(state.worker)
         return False
 
     def reconcile(self, state: JobState) -> JobState:
@@ -215,8 +215,12 @@ class Store(abc.ABC):
         """
         if limit < 1:
             raise InvalidInput("limit must be >= 1")
-        claimed = self._claim(worker or worker_name(), limit, queues, kinds, utcnow())
-        return [Task(self, s.id, attempt=s.attempts, lock=lock) for s, lock in claimed]
+        me = worker_name()
+        if worker not in (None, me):
+            raise InvalidInput(f"a claim is made as this process ({me}), not {worker!r}")
+        self._live()
+        claimed = self._claim(me, limit, queues, kinds, utcnow())
+        return [Task(self, s.id, attempt=s.attempts, lock=lock, snapshot=s) for s, lock in claimed]
 
     def events(
         self, job_id: str, after: int = 0, limit: int | None = None
@@ -298,6 +302,13 @@ class Store(abc.ABC):
         seq numbers assigned after the last) and wake waiters. ``fn`` returning None writes
         nothing. Returns the state as it is now and the events appended."""
 
+    def _modify_many(
+        self, items: builtins.list[tuple[str, Transition]]
+    ) -> builtins.list[tuple[JobState, builtins.list[ProgressEvent]]]:
+        """Apply transitions to several jobs; each is atomic on its own. Adapters may write
+        them in one transaction (a pool recording the outcomes of many jobs at once)."""
+        return [self._modify(job_id, fn) for job_id, fn in items]
+
     @abc.abstractmethod
     def _select(
         self, status: Status | None, labels: dict[str, str], limit: int | None, before: str | None
@@ -333,6 +344,33 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def _pulse(self, job_id: str, claimable: bool = False) -> None: ...
+
+    # Liveness: a worker process holds one lock for its whole life, named by its ``host:pid``;
+    # a job it claimed is alive while that lock is held. Adapters without it keep per-job locks.
+    def _hold_liveness(self, worker: str) -> bool:
+        """Hold this process's liveness lock; True when taken just now."""
+        return False
+
+    def _worker_alive(self, worker: str | None) -> bool:
+        return False
+
+    def _live(self) -> None:
+        """Make this process a live worker of the store (once), first failing over the jobs of
+        a dead process that had the same ``host:pid`` (a reused PID), which the new lock
+        would otherwise make look alive."""
+        me = worker_name()
+        if not self._hold_liveness(me):
+            return
+        for status in (Status.RUNNING, Status.PENDING):
+            for state in self.list(status=status, limit=None):
+                if state.worker == me:
+                    self._modify(state.id, lambda s: _namesake(s, me))
+
+
+def _namesake(state: JobState, me: str) -> Change | None:
+    if state.worker != me or state.status not in (Status.RUNNING, Status.PENDING):
+        return None
+    return machine.abandon(state, utcnow())
 
 
 class Reporter:
@@ -382,11 +420,20 @@ class Task:
     finished by someone else, so a worker that lost its job can never overwrite the outcome.
     """
 
-    def __init__(self, store: Store, job_id: str, attempt: int | None = None, lock: Any = None):
+    def __init__(
+        self,
+        store: Store,
+        job_id: str,
+        attempt: int | None = None,
+        lock: Any = None,
+        snapshot: JobState | None = None,
+    ) -> None:
         self.store = store
         self.id = job_id
         self.attempt = attempt
         self._lock = lock
+        #: The state as it was when this task was claimed, if it was (may be stale).
+        self.snapshot = snapshot
 
     def __repr__(self) -> str:
         return f"Task({self.id!r}, attempt={self.attempt})"
@@ -414,10 +461,11 @@ class Task:
             lock, self._lock = self._lock, None
             self.store._lock_release(self.id, lock)
 
-    def start(self, worker: str | None = None) -> bool:
+    def start(self) -> bool:
         """Move the job from pending to running as this process's attempt (a dedicated worker;
         pools use :meth:`Store.claim`). Hold the worker lock first. False if not due/pending."""
-        who = worker or worker_name()
+        self.store._live()
+        who = worker_name()
         state, events = self.store._modify(self.id, lambda s: machine.start(s, who, utcnow()))
         if not events:
             return False

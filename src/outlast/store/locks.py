@@ -31,8 +31,8 @@ class WorkerLocks:
         self.directory = directory
         self.suffix = suffix
 
-    def path(self, job_id: str) -> Path:
-        return self.directory / f"{job_id}{self.suffix}"
+    def path(self, name: str) -> Path:
+        return self.directory / f"{name}{self.suffix}"
 
     def try_acquire(self, job_id: str) -> int | None:
         """The fd holding the lock, or None if another open file description holds it."""

@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -29,6 +31,8 @@ from outlast.model import JobState, Kind, ProgressEvent, Status, format_time, ut
 from outlast.store import _local
 from outlast.store.base import Capabilities, Store, Transition
 from outlast.store.notify import Listener
+
+BUSY_TIMEOUT = 60.0  # seconds a writer waits for SQLite's write lock before giving up
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -85,8 +89,8 @@ class SQLiteStore(Store):
         with _translated("open"):
             if not self.path.exists():
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-            conn = self._conn()
-            conn.execute("BEGIN IMMEDIATE")
+            conn = self._writer()
+            self._begin(conn)
             try:
                 conn.executescript(_SCHEMA)  # commits
             except BaseException:
@@ -95,23 +99,58 @@ class SQLiteStore(Store):
                 raise
 
     # ------------------------------------------------------------------ connections
+    def _connect(self, busy_ms: int) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=busy_ms / 1000, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA busy_timeout={busy_ms}")
+        return conn
+
     def _conn(self) -> sqlite3.Connection:
+        """This thread's reading connection (waits up to 60 s on a rare WAL-recovery lock)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            conn = sqlite3.connect(
-                self.path, timeout=60.0, isolation_level=None, check_same_thread=False
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=60000")
-            self._local.conn, self._local.pid = conn, os.getpid()
+            self._local.writer = None
+            conn = self._local.conn = self._connect(60000)
+            self._local.pid = os.getpid()
         return conn
+
+    def _writer(self) -> sqlite3.Connection:
+        """This thread's writing connection: no busy handler, see :meth:`_begin`."""
+        self._conn()
+        conn: sqlite3.Connection | None = getattr(self._local, "writer", None)
+        if conn is None:
+            conn = self._local.writer = self._connect(0)
+        return conn
+
+    @staticmethod
+    def _begin(conn: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE``, retried with short sleeps while another writer holds the lock.
+
+        SQLite's own busy handler sleeps 1, 2, 5, 10… milliseconds between tries, which turns
+        every brief contention between a pool and its job processes into milliseconds of
+        idle time; retrying from 50 microseconds up keeps the lock busy instead.
+        """
+        delay, deadline = 0.00005, time.monotonic() + BUSY_TIMEOUT
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.005)
 
     @contextlib.contextmanager
     def _write(self, what: str) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
+        conn = self._writer()
         with _translated(what):
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin(conn)
             try:
                 yield conn
             except BaseException:
@@ -120,10 +159,11 @@ class SQLiteStore(Store):
             conn.execute("COMMIT")
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        for name in ("conn", "writer"):
+            conn = getattr(self._local, name, None)
+            if conn is not None:
+                conn.close()
+                setattr(self._local, name, None)
         self.parts.close()
 
     # ------------------------------------------------------------------ rows
@@ -200,6 +240,30 @@ class SQLiteStore(Store):
         self.parts.pulse(job_id, change.claimable)
         return change.state, events
 
+    def _modify_many(
+        self, items: list[tuple[str, Transition]]
+    ) -> list[tuple[JobState, list[ProgressEvent]]]:
+        """All in one transaction: a job that cannot be read is skipped (logged), not fatal."""
+        results: list[tuple[JobState, list[ProgressEvent]]] = []
+        pulses: list[tuple[str, bool]] = []
+        with self._write("update many") as conn:
+            for job_id, fn in items:
+                try:
+                    state, seq = self._read_with(conn, job_id)
+                except (JobNotFound, CorruptJob) as exc:
+                    _local.log.warning("not updating job %s: %s", job_id, exc)
+                    continue
+                change = fn(state)
+                if change is None:
+                    results.append((state, []))
+                    continue
+                events = self._update(conn, state, change.state, seq, list(change.events))
+                results.append((change.state, events))
+                pulses.append((job_id, change.claimable))
+        for job_id, claimable in pulses:
+            self.parts.pulse(job_id, claimable)
+        return results
+
     def _select(
         self, status: Status | None, labels: dict[str, str], limit: int | None, before: str | None
     ) -> list[JobState]:
@@ -268,9 +332,6 @@ class SQLiteStore(Store):
                 for (job_id,) in conn.execute(sql, (*args, limit * 2)).fetchall():
                     if len(claimed) >= limit:
                         break
-                    lock = self.parts.locks.try_acquire(job_id)
-                    if lock is None:
-                        continue
                     try:
                         state, seq = self._read_with(conn, job_id)
                         change = machine.start(state, worker, now)
@@ -278,13 +339,12 @@ class SQLiteStore(Store):
                         _local.log.warning("not claiming a corrupt job: %s", exc)
                         change = None
                     if change is None:
-                        self.parts.locks.release(job_id, lock)
                         continue
                     self._update(conn, state, change.state, seq, list(change.events))
-                    claimed.append((change.state, lock))
+                    # no per-job lock: the claimer's liveness lock covers the job
+                    claimed.append((change.state, None))
             except BaseException:
-                for state, lock in claimed:
-                    self.parts.locks.release(state.id, lock)
+                claimed.clear()
                 raise
         for state, _ in claimed:
             self.parts.pulse(state.id, False)
@@ -307,6 +367,12 @@ class SQLiteStore(Store):
 
     def _lock_held(self, job_id: str) -> bool:
         return self.parts.locks.held(job_id)
+
+    def _hold_liveness(self, worker: str) -> bool:
+        return self.parts.hold_liveness(worker)
+
+    def _worker_alive(self, worker: str | None) -> bool:
+        return self.parts.worker_alive(worker)
 
     def _lock_release(self, job_id: str, handle: Any) -> None:
         self.parts.locks.release(job_id, handle)

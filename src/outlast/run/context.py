@@ -1,0 +1,95 @@
+"""Inside a job: ``outlast.current()`` gives the job's reporter, answer and cancel checks."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+from outlast.errors import Canceled, OutlastError
+from outlast.model import JSON, EventStatus, JobState, ProgressEvent, Status
+from outlast.store import Task
+
+CANCEL_SIGNAL = signal.SIGUSR1
+
+
+class JobContext:
+    """What a running job knows about itself. Obtained with :func:`outlast.current`."""
+
+    def __init__(self, task: Task, state: JobState) -> None:
+        self.task = task
+        self.state = state
+        self._cancel = threading.Event()
+
+    @property
+    def job_id(self) -> str:
+        return self.task.id
+
+    @property
+    def attempt(self) -> int:
+        return self.state.attempts
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return self.state.payload
+
+    @property
+    def answer(self) -> JSON:
+        """The person's answer after a :class:`~outlast.Pause` and resume, else None."""
+        return self.state.answer
+
+    def report(
+        self,
+        step: str,
+        status: EventStatus | str = EventStatus.PROGRESS,
+        message: JSON = None,
+        progress: float | None = None,
+    ) -> ProgressEvent | None:
+        """Record a progress event (ignored once the job is no longer this attempt's)."""
+        return self.task.report(step, status, message, progress)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once the job was canceled (the worker is told at once; the store is asked)."""
+        if self._cancel.is_set():
+            return True
+        try:
+            state = self.task.state()
+        except OutlastError:
+            return False
+        if state.status == Status.CANCELED:
+            self._cancel.set()
+        return self._cancel.is_set()
+
+    def check_cancel(self) -> None:
+        """Raise :class:`~outlast.Canceled` if the job was canceled: call it between steps."""
+        if self._cancel.is_set() or self.cancel_requested:
+            raise Canceled(f"job {self.job_id} was canceled")
+
+    def request_cancel(self) -> None:
+        self._cancel.set()
+
+
+_current: JobContext | None = None
+
+
+def current() -> JobContext:
+    """The context of the job running in this process; raises outside a job."""
+    if _current is None:
+        raise OutlastError("outlast.current() is only available inside a running job")
+    return _current
+
+
+def enter(context: JobContext | None) -> None:
+    global _current
+    _current = context
+
+
+def install_cancel_handler() -> None:
+    """Let the pool tell this process that its job was canceled (SIGUSR1 sets the flag)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        if _current is not None:
+            _current.request_cancel()
+
+    signal.signal(CANCEL_SIGNAL, handler)

@@ -1,0 +1,107 @@
+"""Running one attempt of a function or pipeline job in this process, and recording it.
+
+``run_attempt`` calls the job and returns its :class:`Outcome` without writing it, so a pool's
+job process can hand the outcome to the pool, which writes the outcomes of several jobs in one
+transaction. ``record`` writes one outcome through the job's task, whose attempt token makes
+sure it never lands on a job that was canceled or taken away meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from outlast import machine
+from outlast.errors import Canceled, Fail, OutlastError, Pause
+from outlast.model import JSON, ErrorInfo, JobState, Kind
+from outlast.run import context, registry
+from outlast.store import Store, Task
+
+log = logging.getLogger("outlast.worker")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt came to: ``succeed``, ``fail``, ``pause``, ``cancel`` or ``gone``."""
+
+    verb: str
+    value: JSON = None
+    error: ErrorInfo | None = None
+    retry: bool = True
+
+
+def _call(spec: registry.JobSpec, task: Task, state: JobState) -> Any:
+    if state.kind == Kind.PIPELINE:
+        from outlast.pipeline import run_pipeline
+
+        return run_pipeline(spec, task, state)
+    args = state.payload.get("args", [])
+    kwargs = state.payload.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise Fail("the job's payload has malformed args/kwargs")
+    return spec.fn(*args, **kwargs)
+
+
+def run_attempt(store: Store, job_id: str, attempt: int) -> Outcome:
+    """Run attempt ``attempt`` of ``job_id`` here and say how it ended (nothing is written
+    but what the job reports itself)."""
+    task = Task(store, job_id, attempt=attempt)
+    try:
+        state = store.get(job_id)
+    except OutlastError as exc:
+        log.warning("cannot run job %s: %s", job_id, exc)
+        return Outcome("gone")
+    context.enter(context.JobContext(task, state))
+    try:
+        try:
+            spec = registry.resolve(state)
+        except Exception as exc:  # an unknown name, or a module that fails to import
+            return Outcome(
+                "fail", error=machine.error_info(Fail(f"cannot load job: {exc}")), retry=False
+            )
+        try:
+            result = _call(spec, task, state)
+        except Pause as exc:
+            return Outcome("pause", exc.question)
+        except Canceled:
+            return Outcome("cancel")
+        except Fail as exc:
+            return Outcome("fail", error=machine.error_info(exc), retry=False)
+        except Exception as exc:
+            return Outcome("fail", error=machine.error_info(exc))
+        try:
+            machine.check_json(result, "the job's result")
+        except OutlastError as exc:
+            return Outcome("fail", error=machine.error_info(Fail(str(exc))), retry=False)
+        return Outcome("succeed", result)
+    finally:
+        context.enter(None)
+
+
+def transition(outcome: Outcome, attempt: int, keep_worker: bool = False) -> Any:
+    """The store transition that records ``outcome`` (None for nothing to write)."""
+    from outlast import config
+    from outlast.model import utcnow
+
+    verb = outcome.verb
+    if verb == "succeed":
+        return lambda s: machine.succeed(s, attempt, outcome.value, utcnow())
+    if verb == "fail" and outcome.error is not None:
+        error, retry, base = outcome.error, outcome.retry, config.retry_delay()
+        return lambda s: machine.fail(s, attempt, error, retry, base, utcnow(), keep_worker)
+    if verb == "pause":
+        return lambda s: machine.pause(s, attempt, outcome.value, utcnow())
+    if verb == "cancel":
+        return lambda s: machine.cancel(s, utcnow())
+    return None
+
+
+def execute(store: Store, job_id: str, attempt: int, dedicated: bool = False) -> None:
+    """Run one attempt here and record its outcome (dedicated workers).
+
+    ``dedicated``: this process retries the job itself, so a failure keeps the job bound to it.
+    """
+    fn = transition(run_attempt(store, job_id, attempt), attempt, keep_worker=dedicated)
+    if fn is not None:
+        store._modify(job_id, fn)

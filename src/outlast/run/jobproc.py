@@ -1,0 +1,51 @@
+"""A pool's job process: runs the jobs its pool sends, one at a time, until told to stop.
+
+Started by the pool as ``python -m outlast.run.jobproc FD STORE_URL [MODULE…]`` (not through
+multiprocessing, which would re-import the user's ``__main__``). ``FD`` is its end of a socket
+pair carrying ``(job_id, attempt)`` in and the attempt's outcome back out; the pool writes it.
+It dies with its pool (parent-death signal) and ignores SIGINT/SIGTERM, which are the pool's
+to handle; SIGUSR1 tells the running job that it was canceled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from multiprocessing.connection import Connection
+
+
+def main(argv: list[str]) -> int:
+    from outlast.run import procs
+
+    procs.set_parent_death_signal()
+    if os.getppid() == 1:  # the pool died before we could ask to die with it
+        return 1
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    extra = os.environ.get("OUTLAST_SYS_PATH")
+    if extra:
+        sys.path[:0] = [p for p in json.loads(extra) if p not in sys.path]
+    conn = Connection(int(argv[0]))
+    from outlast.run import context, registry
+    from outlast.run.execute import run_attempt
+    from outlast.store import open_store
+
+    context.install_cancel_handler()
+    registry.import_modules(argv[2:])
+    store = open_store(argv[1])
+    conn.send("ready")
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return 0
+        if message is None:
+            return 0
+        job_id, attempt = message
+        conn.send(run_attempt(store, job_id, attempt))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

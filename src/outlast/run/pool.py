@@ -1,0 +1,358 @@
+"""``outlast worker``: a pool that claims pending jobs and runs them, N at a time.
+
+The pool process claims jobs (atomically, with their worker locks) and hands each to one of N
+pre-started job processes (:mod:`outlast.run.jobproc`), reused from job to job so a job does
+not pay an interpreter start. A job process runs the job and sends back its outcome; the pool
+writes the outcomes that arrive together in one transaction, then drops those jobs' locks. If
+the pool dies, every job it held is seen as abandoned at once, and its job processes die with
+it (parent-death signal).
+
+- Idle: sleeps with backoff doubling from ``WORKER_POLL_MIN`` to ``WORKER_POLL_MAX``, woken
+  early by the store's notification when a job becomes claimable.
+- Prefetch: it holds at most one claimed job per process beyond those running, so a finished
+  job is followed by the next without a round trip to the store.
+- A job process that dies (segfault, ``os._exit``) fails only its job, which is retried while
+  attempts are left; a fresh process takes its place.
+- Timeout: the job process is killed and the attempt fails with code ``timeout``.
+- Cancel: the job process gets SIGUSR1 (``current().cancel_requested``) and is killed after
+  the grace period (at most 10 s) if the job is still running there.
+- SIGTERM/SIGINT: stop claiming; running jobs get ``grace`` seconds to finish, then their
+  processes are killed and the jobs go back to ``pending`` without counting the attempt.
+- Every second it reconciles abandoned jobs of dead workers.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from outlast import config
+from outlast.errors import InvalidInput, OutlastError
+from outlast.model import ErrorCode, ErrorInfo, Kind, Status
+from outlast.run.execute import Outcome, transition
+from outlast.store import Store, Task, open_store, worker_name
+
+log = logging.getLogger("outlast.worker")
+RECONCILE_EVERY = 1.0
+CHECK_EVERY = 0.05  # at most this often, the running jobs are checked for a cancel
+CANCEL_GRACE_MAX = 10.0
+
+
+class JobProcess:
+    """A job process and a pidfd that becomes readable when it exits."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.sentinel = os.pidfd_open(popen.pid)
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.popen.poll()
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+
+    def reap(self, timeout: float) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout)
+        if self.sentinel >= 0 and self.popen.returncode is not None:
+            os.close(self.sentinel)
+            self.sentinel = -1
+
+
+@dataclass
+class Slot:
+    """One job process and the job it runs, if any."""
+
+    process: JobProcess
+    conn: Connection
+    task: Task | None = None
+    deadline: float | None = None
+    kill_at: float | None = None
+
+
+class Pool:
+    """A pool of ``concurrency`` job processes fed from ``store``'s pending jobs."""
+
+    def __init__(
+        self,
+        store: Store,
+        concurrency: int = 1,
+        queues: list[str] | None = None,
+        imports: list[str] | None = None,
+        burst: bool = False,
+        grace: float = 30.0,
+        name: str | None = None,
+    ) -> None:
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidInput(f"concurrency must be a whole number >= 1, not {concurrency!r}")
+        if queues is not None and not all(isinstance(q, str) and q for q in queues):
+            raise InvalidInput("queues must be non-empty names")
+        self.store, self.concurrency = store, concurrency
+        self.queues = list(queues or ["default"])
+        self.imports, self.burst, self.grace = list(imports or []), burst, grace
+        self.name = name or worker_name()
+        self.poll_min, self.poll_max = config.poll_bounds()
+        self.slots: list[Slot] = []
+        self.backlog: collections.deque[Task] = collections.deque()
+        self.stopping = False
+        self.processed = 0
+        self._last_reconcile = 0.0
+        self._stop_at = float("inf")
+        self._check_at: float | None = None
+
+    # ------------------------------------------------------------ job processes
+    def _start_process(self) -> Slot:
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ, OUTLAST_SYS_PATH=json.dumps(sys.path))
+        argv = [sys.executable, "-m", "outlast.run.jobproc", str(theirs.fileno()), self.store.url]
+        try:
+            popen = subprocess.Popen(
+                [*argv, *self.imports],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        finally:
+            theirs.close()
+        process, conn = JobProcess(popen), Connection(ours.detach())
+        try:
+            ready = conn.poll(60) and conn.recv() == "ready"
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            process.kill()
+            raise OutlastError("a job process did not start (see the messages above)")
+        return Slot(process, conn)
+
+    def _restart(self, slot: Slot) -> None:
+        """Kill the slot's process (if alive) and put a fresh one in its place."""
+        slot.process.kill()
+        slot.process.reap(5)
+        slot.conn.close()
+        fresh = self._start_process()
+        slot.process, slot.conn = fresh.process, fresh.conn
+        slot.task = slot.deadline = slot.kill_at = None
+
+    # ------------------------------------------------------------ jobs
+    def _assign(self, slot: Slot, task: Task) -> None:
+        state = task.snapshot or task.state()
+        timeout = state.payload.get("timeout")
+        now = time.monotonic()
+        slot.task, slot.kill_at = task, None
+        slot.deadline = now + float(timeout) if isinstance(timeout, int | float) else None
+        slot.conn.send((task.id, task.attempt))
+
+    def _record(self, done: list[tuple[Task, Outcome]]) -> None:
+        """Write the outcomes of finished attempts together, then drop their locks."""
+        items = []
+        for task, outcome in done:
+            assert task.attempt is not None
+            fn = transition(outcome, task.attempt)
+            if fn is not None:
+                items.append((task.id, fn))
+        if items:
+            self.store._modify_many(items)
+        for task, _ in done:
+            task.release_worker_lock()
+            self.processed += 1
+
+    def _fill(self) -> int:
+        """Claim for idle processes (plus one prefetched job each); start what can start."""
+        idle = [s for s in self.slots if s.task is None]
+        want = len(idle) + self.concurrency - len(self.backlog)
+        claimed = 0
+        if not self.stopping and want > 0 and (idle or self.backlog):
+            tasks = self.store.claim(self.name, want, self.queues, [Kind.FUNCTION, Kind.PIPELINE])
+            self.backlog.extend(tasks)
+            claimed = len(tasks)
+        for slot in idle:
+            if not self.backlog:
+                break
+            self._assign(slot, self.backlog.popleft())
+        return claimed
+
+    def _check_running(self) -> None:
+        """React to cancels (or lost jobs) of the jobs being run."""
+        for slot in self.slots:
+            if slot.task is None or slot.kill_at is not None:
+                continue
+            try:
+                state = slot.task.state()
+                lost = state.status != Status.RUNNING or state.attempts != slot.task.attempt
+            except OutlastError:
+                lost = True
+            if lost:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(slot.process.pid, signal.SIGUSR1)
+                slot.kill_at = time.monotonic() + min(self.grace, CANCEL_GRACE_MAX)
+
+    def _reconcile(self) -> None:
+        from outlast.run.reap import reconcile
+
+        self._last_reconcile = time.monotonic()
+        for state in self.store.list(status=Status.RUNNING, limit=None):
+            if state.worker != self.name and self.store.abandoned(state):
+                reconcile(self.store, state)
+
+    # ------------------------------------------------------------ events of the loop
+    def _handle_ready(self, ready: list[int]) -> None:
+        done: list[tuple[Task, Outcome]] = []
+        died: list[Slot] = []
+        for slot in self.slots:
+            if slot.conn.fileno() in ready:
+                try:
+                    outcome = slot.conn.recv()
+                except (EOFError, OSError):
+                    died.append(slot)
+                    continue
+                if slot.task is not None:
+                    done.append((slot.task, outcome))
+                slot.task = slot.deadline = slot.kill_at = None
+            elif slot.process.sentinel >= 0 and slot.process.sentinel in ready:
+                died.append(slot)
+        for slot in died:
+            if slot.task is not None:
+                code = slot.process.exitcode
+                what = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                error = ErrorInfo(
+                    ErrorCode.ERROR, f"the job's process died ({what})", type="WorkerDied"
+                )
+                done.append((slot.task, Outcome("fail", error=error)))
+            self._restart(slot)
+        self._record(done)
+
+    def _handle_deadlines(self) -> None:
+        now = time.monotonic()
+        done: list[tuple[Task, Outcome]] = []
+        for slot in self.slots:
+            task = slot.task
+            if task is None:
+                continue
+            if slot.kill_at is not None and now >= slot.kill_at:
+                done.append((task, Outcome("gone")))  # canceled or lost: nothing to write
+            elif slot.deadline is not None and now >= slot.deadline:
+                error = ErrorInfo(ErrorCode.TIMEOUT, "the job ran past its timeout")
+                done.append((task, Outcome("fail", error=error)))
+            else:
+                continue
+            self._restart(slot)
+        self._record(done)
+
+    def _timeout(self, backoff: float) -> float:
+        now = time.monotonic()
+        deadlines = [s.deadline for s in self.slots if s.deadline is not None]
+        deadlines += [s.kill_at for s in self.slots if s.kill_at is not None]
+        deadlines.append(self._last_reconcile + RECONCILE_EVERY)
+        if self._check_at is not None:
+            deadlines.append(self._check_at)
+        deadlines.append(self._stop_at if self.stopping else now + backoff)
+        return max(0.0, min(deadlines) - now)
+
+    # ------------------------------------------------------------ the loop
+    def run(self) -> int:
+        """Run until stopped (SIGTERM/SIGINT), or in burst mode until nothing is pending.
+
+        Returns the number of attempts processed.
+        """
+        self.slots = [self._start_process() for _ in range(self.concurrency)]
+        backoff = self.poll_min
+        try:
+            with self.store.listen(None, queue=True) as listener:
+                while True:
+                    claimed = self._fill()
+                    busy = any(s.task is not None for s in self.slots)
+                    if not busy and (self.stopping or (self.burst and not claimed)):
+                        break
+                    backoff = self.poll_min if claimed else min(backoff * 2, self.poll_max)
+                    fds = [s.conn.fileno() for s in self.slots]
+                    fds += [s.process.sentinel for s in self.slots if s.process.sentinel >= 0]
+                    if listener.fileno() is not None:
+                        fds.append(listener.fileno())  # type: ignore[arg-type]
+                    ready, _, _ = select.select(fds, [], [], self._timeout(backoff))
+                    if listener.fileno() in ready:
+                        listener.drain()
+                        backoff = self.poll_min
+                        if busy and self._check_at is None:
+                            self._check_at = time.monotonic() + CHECK_EVERY
+                    self._handle_ready(ready)
+                    self._handle_deadlines()
+                    now = time.monotonic()
+                    if self._check_at is not None and now >= self._check_at:
+                        self._check_at = None
+                        self._check_running()
+                    if now - self._last_reconcile >= RECONCILE_EVERY:
+                        self._reconcile()
+                    if self.stopping and now >= self._stop_at:
+                        self._requeue_running()
+        finally:
+            self._shutdown()
+        return self.processed
+
+    def stop(self) -> None:
+        """Stop claiming; running jobs get the grace period (safe in a signal handler)."""
+        if not self.stopping:
+            self.stopping = True
+            self._stop_at = time.monotonic() + self.grace
+
+    def _requeue_running(self) -> None:
+        """Grace is over: kill what still runs and give those jobs back, attempt uncounted."""
+        for slot in self.slots:
+            if slot.task is not None:
+                task, slot.task = slot.task, None
+                slot.process.kill()
+                slot.process.reap(5)
+                task.release()
+                task.release_worker_lock()
+
+    def _shutdown(self) -> None:
+        self._requeue_running()
+        while self.backlog:  # claimed but never started: back to the queue as they were
+            task = self.backlog.popleft()
+            task.release()
+            task.release_worker_lock()
+        for slot in self.slots:
+            with contextlib.suppress(OSError, ValueError):
+                slot.conn.send(None)
+        for slot in self.slots:
+            slot.process.reap(2)
+            slot.process.kill()
+            slot.process.reap(2)
+            slot.conn.close()
+
+
+def serve_forever(
+    url: str | None,
+    concurrency: int,
+    queues: list[str] | None,
+    imports: list[str],
+    burst: bool,
+    grace: float,
+) -> int:
+    """Run a pool with signal handling; returns the number of attempts processed."""
+    from outlast.run.registry import import_modules
+
+    import_modules(imports)
+    with open_store(url) as store:
+        pool = Pool(store, concurrency, queues, imports, burst, grace)
+
+        def on_signal(signum: int, frame: Any) -> None:
+            pool.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        return pool.run()

@@ -1,0 +1,140 @@
+"""Registered job functions: ``@outlast.job`` and the lookups that workers and the HTTP edge use.
+
+A function job is stored by name with its JSON arguments and the module that registered it, so
+a worker that has not imported that module yet can import it and find the name (the module
+comes from the store, which the worker trusts; the HTTP edge never imports anything and accepts
+only names registered in its own process).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from outlast.errors import InvalidInput
+from outlast.model import JobState
+
+_REGISTRY: dict[str, JobSpec] = {}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A registered job function and its defaults."""
+
+    #: The name jobs are submitted by.
+    name: str
+    #: The function; called with the job's ``args`` and ``kwargs``.
+    fn: Callable[..., Any]
+    #: Attempts before a failure is final; None: ``$WORKER_MAX_RETRIES``.
+    attempts: int | None = None
+    #: Seconds an attempt may run before it is killed (code ``timeout``); None: no limit.
+    timeout: float | None = None
+    #: The queue its jobs go to.
+    queue: str = "default"
+    #: ``function`` or ``pipeline``.
+    kind: str = "function"
+    #: The module that defines the job, if not ``fn.__module__`` (pipelines).
+    origin: str | None = None
+
+    @property
+    def module(self) -> str:
+        return self.origin or getattr(self.fn, "__module__", "") or ""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Calling the decorated function runs it here and now, like the plain function."""
+        return self.fn(*args, **kwargs)
+
+    def submit(self, *args: Any, **kwargs: Any) -> Any:
+        """Queue a job for the pools (see :func:`outlast.submit`)."""
+        from outlast.run.api import submit
+
+        return submit(self, *args, **kwargs)
+
+    def spawn(self, *args: Any, **kwargs: Any) -> Any:
+        """Run a job in its own detached worker (see :func:`outlast.spawn`)."""
+        from outlast.run.api import spawn
+
+        return spawn(self, *args, **kwargs)
+
+
+def _check_options(attempts: int | None, timeout: float | None, queue: str) -> None:
+    if attempts is not None and (not isinstance(attempts, int) or attempts < 1):
+        raise InvalidInput(f"attempts must be a whole number >= 1, not {attempts!r}")
+    if timeout is not None and (not isinstance(timeout, int | float) or not timeout > 0):
+        raise InvalidInput(f"timeout must be a number of seconds > 0, not {timeout!r}")
+    if not isinstance(queue, str) or not queue:
+        raise InvalidInput("queue must be a non-empty string")
+
+
+def register(spec: JobSpec) -> JobSpec:
+    existing = _REGISTRY.get(spec.name)
+    if (
+        existing is not None
+        and existing.fn is not spec.fn
+        and (existing.module != spec.module or existing.fn.__qualname__ != spec.fn.__qualname__)
+    ):
+        raise InvalidInput(f"job name {spec.name!r} is already registered by {existing.module}")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def job(
+    name: str | None = None,
+    *,
+    attempts: int | None = None,
+    timeout: float | None = None,
+    queue: str = "default",
+) -> Callable[[Callable[..., Any]], JobSpec]:
+    """Register a function as a job: ``@outlast.job(name="resize", attempts=3)``.
+
+    The name defaults to ``module.function``. The function takes JSON arguments and returns
+    a JSON result; inside it, :func:`outlast.current` gives the reporter, the answer after a
+    resume and cooperative cancel checks.
+    """
+    if callable(name):  # used bare: @outlast.job
+        fn, name = name, None
+        return job()(fn)  # type: ignore[return-value,unused-ignore]
+    _check_options(attempts, timeout, queue)
+
+    def decorate(fn: Callable[..., Any]) -> JobSpec:
+        if not callable(fn) or inspect.isclass(fn):
+            raise InvalidInput("@outlast.job decorates a function")
+        spec_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        return register(JobSpec(spec_name, fn, attempts, timeout, queue))
+
+    return decorate
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def lookup(name: str) -> JobSpec:
+    """The registered job ``name``, or :class:`InvalidInput` saying which names exist."""
+    spec = _REGISTRY.get(name)
+    if spec is None:
+        known = ", ".join(names()) or "none"
+        raise InvalidInput(f"unknown job name {name!r} (registered: {known})")
+    return spec
+
+
+def resolve(state: JobState) -> JobSpec:
+    """The function of a stored job, importing the module that registered it if need be."""
+    spec = _REGISTRY.get(state.name)
+    if spec is None:
+        module = state.payload.get("module")
+        if isinstance(module, str) and module and module != "__main__":
+            importlib.import_module(module)
+    return lookup(state.name)
+
+
+def import_modules(modules: list[str]) -> None:
+    """Import the modules that register jobs (``outlast worker --import MODULE``)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise InvalidInput(f"cannot import {module!r}: {exc}") from exc
