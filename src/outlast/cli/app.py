@@ -390,6 +390,9 @@ def _queue_name(value: str) -> str:
 @click.argument("name")
 @click.option("--args", "args_json", metavar="JSON", help="Positional arguments: a JSON list.")
 @click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments: a JSON object.")
+@click.option(
+    "--payload", "payload_json", metavar="JSON", help="A pipeline's input: a JSON object."
+)
 @click.option("--queue", help="Queue (default: the job's own).")
 @click.option("--label", "labels", multiple=True, metavar="K=V", help="Label the job.")
 @click.option(
@@ -405,11 +408,13 @@ def submit(
     name: str,
     args_json: str | None,
     kwargs_json: str | None,
+    payload_json: str | None,
     queue: str | None,
     labels: tuple[str, ...],
     imports: tuple[str, ...],
     as_json: bool,
     store_url: str | None,
+    detach: bool = False,
 ) -> None:
     """Queue the registered job NAME for the pools (outlast worker)."""
     args = parse_json(args_json, "--args") if args_json is not None else []
@@ -418,6 +423,9 @@ def submit(
         raise click.BadParameter("must be a JSON list", param_hint="--args")
     if not isinstance(kwargs, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--kwargs")
+    payload = parse_json(payload_json, "--payload")
+    if payload_json is not None and not isinstance(payload, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--payload")
     parsed_labels = parse_labels(labels)
     if queue is not None:
         _queue_name(queue)
@@ -426,12 +434,69 @@ def submit(
 
     registry.import_modules(list(imports))
     spec = registry.lookup(name)
+    if spec.kind == "pipeline" and (args or kwargs):
+        raise click.UsageError("a pipeline takes --payload JSON, not --args/--kwargs")
+    if spec.kind != "pipeline" and payload is not None:
+        raise click.UsageError("--payload is for pipelines; a function takes --args/--kwargs")
     with _open(store_url) as store:
-        task = create_job(store, spec, args, kwargs, queue=queue, labels=parsed_labels)
+        if detach:
+            from outlast.run.api import DEDICATED, spawn_dedicated
+
+            if queue is not None:
+                raise click.UsageError("a spawned job runs in its own worker: no --queue")
+            queue = DEDICATED
+        task = create_job(
+            store, spec, args, kwargs, queue=queue, labels=parsed_labels, payload=payload
+        )
+        if detach:
+            spawn_dedicated(store, task.id)
         if as_json:
             _print_job(task.state(), True)
         else:
             click.echo(task.id)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--args", "args_json", metavar="JSON", help="Positional arguments: a JSON list.")
+@click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments: a JSON object.")
+@click.option(
+    "--payload", "payload_json", metavar="JSON", help="A pipeline's input: a JSON object."
+)
+@click.option("--label", "labels", multiple=True, metavar="K=V", help="Label the job.")
+@click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE first (where the job is registered).",
+)
+@json_option
+@store_option
+def spawn(
+    name: str,
+    args_json: str | None,
+    kwargs_json: str | None,
+    payload_json: str | None,
+    labels: tuple[str, ...],
+    imports: tuple[str, ...],
+    as_json: bool,
+    store_url: str | None,
+) -> None:
+    """Run the registered job NAME in its own detached worker, now; print its id."""
+    assert submit.callback is not None
+    submit.callback(
+        name,
+        args_json,
+        kwargs_json,
+        payload_json,
+        None,
+        labels,
+        imports,
+        as_json,
+        store_url,
+        detach=True,
+    )
 
 
 @cli.command()
@@ -503,6 +568,23 @@ def resume(job_id: str, answer: str | None, as_json: bool, store_url: str | None
         _print_job(state, True)
     else:
         click.echo(f"{job_id} resumed")
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option(
+    "--token",
+    envvar="OUTLAST_TOKEN",
+    help="Bearer token required on /jobs routes "
+    "($OUTLAST_TOKEN); needed to bind a non-loopback address.",
+)
+@store_option
+def serve(host: str, port: int, token: str | None, store_url: str | None) -> None:
+    """Serve the HTTP API, Server-Sent Events and the dashboard."""
+    from outlast.http.server import serve as serve_http
+
+    serve_http(store_url, host, port, token)
 
 
 def run_cli(argv: list[str]) -> None:

@@ -1,0 +1,82 @@
+"""Helpers shared by the benchmarks: medians, tables, temporary stores, bulk population."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from outlast.ids import new_id
+from outlast.model import JobState, Kind, utcnow
+from outlast.store import Store, open_store
+
+
+def median_rate(fn: Callable[[], int], runs: int) -> float:
+    """Median of ``runs`` measurements of ``fn`` (returns how many ops it did) in ops/s."""
+    rates = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        n = fn()
+        rates.append(n / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def temp_store(kind: str, pg_url: str | None = None) -> Store:
+    if kind == "postgresql":
+        assert pg_url, "--pg URL needed"
+        sep = "&" if "?" in pg_url else "?"
+        return open_store(f"{pg_url}{sep}schema=bench_{os.getpid()}")
+    root = tempfile.mkdtemp(prefix="outlast-bench-")
+    return open_store(f"sqlite://{root}/s.db" if kind == "sqlite" else f"files://{root}/jobs")
+
+
+def populate(store: Store, n: int, status: str = "succeeded") -> None:
+    """Put ``n`` jobs in the store quickly (bulk, bypassing per-job fsyncs): a fixture only."""
+    now = utcnow()
+    states = [
+        JobState(
+            id=new_id(),
+            kind=Kind.FUNCTION,
+            name="bench.filler",
+            status=status,  # type: ignore[arg-type]
+            created_at=now,
+            updated_at=now,
+        )
+        for _ in range(n)
+    ]
+    url = store.url
+    if url.startswith("sqlite://"):
+        from outlast.store import _local
+
+        with store._write("populate") as conn:  # type: ignore[attr-defined]
+            conn.executemany(
+                "INSERT INTO jobs (status, kind, queue, worker, run_after, created_at, doc, id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(*store._row(s), s.id) for s in states],  # type: ignore[attr-defined]
+            )
+        return
+    if url.startswith("files://"):
+        root = url[len("files://") :]
+        for s in states:
+            fd = os.open(os.path.join(root, f"{s.id}.json"), os.O_WRONLY | os.O_CREAT, 0o600)
+            os.write(fd, json.dumps(s.to_dict()).encode())
+            os.close(fd)
+        return
+    for s in states:  # postgresql: through the adapter
+        store._insert(s)
+
+
+def table(rows: list[list[Any]]) -> str:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows
+    )
