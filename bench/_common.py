@@ -27,7 +27,7 @@ def median_rate(fn: Callable[[], int], runs: int) -> float:
 
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def temp_store(kind: str, pg_url: str | None = None) -> Store:
@@ -55,8 +55,6 @@ def populate(store: Store, n: int, status: str = "succeeded") -> None:
     ]
     url = store.url
     if url.startswith("sqlite://"):
-        from outlast.store import _local
-
         with store._write("populate") as conn:  # type: ignore[attr-defined]
             conn.executemany(
                 "INSERT INTO jobs (status, kind, queue, worker, run_after, created_at, doc, id)"

@@ -14,9 +14,9 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import median_rate, populate, table, temp_store  # noqa: E402
+from _common import median_rate, populate, table, temp_store
 
-from outlast.model import Kind  # noqa: E402
+from outlast.model import Kind
 
 SIZES = (1_000, 100_000)
 

@@ -26,8 +26,8 @@ from datetime import datetime
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_jobs  # noqa: E402
-
 from _common import percentile  # noqa: E402
+
 from outlast.run.api import create_job  # noqa: E402
 from outlast.store import Store, open_store  # noqa: E402
 
