@@ -1,0 +1,85 @@
+"""The package's public face, and the CLI's light fast path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import outlast
+from outlast.store import open_store
+
+HEAVY = ("fastapi", "psycopg", "rich", "uvicorn", "starlette", "pydantic")
+
+
+def test_all_names_resolve_and_are_sorted() -> None:
+    assert list(outlast.__all__) == sorted(outlast.__all__)
+    for name in outlast.__all__:
+        assert getattr(outlast, name) is not None, name
+    assert set(dir(outlast)) == set(outlast.__all__)
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = outlast.nope  # type: ignore[attr-defined]
+
+
+def test_public_names_cover_the_design() -> None:
+    for name in (
+        "open_store",
+        "job",
+        "submit",
+        "spawn",
+        "current",
+        "Pause",
+        "Fail",
+        "JobState",
+        "ProgressEvent",
+        "Status",
+        "OutlastError",
+        "JobNotFound",
+        "InvalidJobId",
+        "JobActive",
+        "WorkerLockHeld",
+        "Task",
+        "Store",
+    ):
+        assert name in outlast.__all__, name
+
+
+def _imported_modules(args: list[str], env: dict[str, str]) -> set[str]:
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "outlast", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    names = set()
+    for line in run.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip())
+    return names
+
+
+def test_status_fast_path_imports_nothing_heavy(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/s.db"
+    with open_store(url) as store:
+        job = store.create(command=["true"])
+    env = dict(os.environ, OUTLAST_STORE=url)
+    fast = _imported_modules(["status", job.id], env)
+    assert "sqlite3" in fast
+    for heavy in (*HEAVY, "click", "psutil", "typing", "dataclasses", "outlast.store"):
+        assert heavy not in fast, f"`outlast status` imported {heavy}"
+
+
+def test_full_cli_loads_no_server_or_driver(tmp_path: Path) -> None:
+    env = dict(os.environ, OUTLAST_STORE=f"sqlite://{tmp_path}/s.db")
+    loaded = _imported_modules(["ls"], env)
+    assert "click" in loaded
+    for heavy in HEAVY:
+        assert not any(m == heavy or m.startswith(heavy + ".") for m in loaded), heavy
