@@ -48,12 +48,28 @@ class Change:
 
 
 def check_json(value: Any, what: str) -> Any:
-    """Return ``value`` if it is strict JSON (no NaN, str keys); else :class:`InvalidInput`."""
+    """Return ``value`` if it is strict JSON (no NaN, str keys); else :class:`InvalidInput`.
+
+    ``json.dumps`` would quietly turn ``{1: "a"}`` into ``{"1": "a"}``; such a value is refused
+    instead, so what is stored is exactly what was given.
+    """
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what} must be JSON: {exc}") from None
+    _check_keys(value, what)
     return value
+
+
+def _check_keys(value: Any, what: str) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidInput(f"{what} must be JSON: object keys are strings, not {key!r}")
+            _check_keys(item, what)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_keys(item, what)
 
 
 def fenced_out(state: JobState, attempt: int | None) -> bool:
@@ -205,12 +221,16 @@ def resume(state: JobState, answer: JSON, now: datetime) -> Change:
 
 
 def release(state: JobState, attempt: int | None, now: datetime) -> Change | None:
-    """Give a running job back to the queue without counting the attempt (graceful stop)."""
+    """Give a running job back to the queue without counting the attempt (graceful stop).
+
+    ``attempts`` never goes down (it is the fencing token of the worker that ran the attempt);
+    the released attempt is given back by raising ``max_attempts`` instead.
+    """
     if fenced_out(state, attempt) or state.status != Status.RUNNING:
         return None
     new = state.evolve(
         status=Status.PENDING,
-        attempts=max(0, state.attempts - 1),
+        max_attempts=state.max_attempts + 1,
         worker=None,
         run_after=None,
         updated_at=now,

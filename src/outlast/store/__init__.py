@@ -50,10 +50,10 @@ def open_store(url: str | None = None) -> Store:
         return FilesStore(rest)
     if scheme in ("postgresql", "postgres"):
         try:
-            from outlast.store.postgresql import PostgresStore  # type: ignore[import-not-found]
+            from outlast.store.postgresql import PostgresStore
         except ImportError as exc:
             raise InvalidInput(
                 f"the PostgreSQL store is not available ({exc}); pip install 'outlast[postgres]'"
             ) from exc
-        return PostgresStore(url)  # type: ignore[no-any-return]
+        return PostgresStore(url)
     raise InvalidInput(f"unknown store scheme {scheme!r}; use sqlite, files or postgresql")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from outlast import config, machine
-from outlast.errors import InvalidInput
+from outlast.errors import InvalidInput, WorkerLockHeld
 from outlast.ids import check_id, new_id
 from outlast.machine import Change
 from outlast.model import (
@@ -237,9 +237,13 @@ class Store(abc.ABC):
         """Yield the job's events after ``after`` as they land; end after the terminal one.
 
         Woken by the store's notification; ``timeout`` (seconds) bounds the whole wait and
-        ends the iteration quietly when it runs out.
+        ends the iteration quietly when it runs out. A bad id or an unknown job raises here,
+        before iteration starts.
         """
-        check_id(job_id)
+        self.get(job_id)
+        return self._watch(job_id, after, timeout)
+
+    def _watch(self, job_id: str, after: int, timeout: float | None) -> Iterator[ProgressEvent]:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.listen([job_id]) as listener:
             while True:
@@ -451,8 +455,23 @@ class Task:
         when the process exits, crashes or is killed. Raises :class:`WorkerLockHeld` if another
         live process holds it. Commands started afterwards do not inherit it.
         """
-        if self._lock is None:
-            self._lock = self.store._lock_acquire(self.id)
+        if self._lock is not None:
+            return
+        lock = self.store._lock_acquire(self.id)
+        try:
+            state = self.store.get(self.id)
+        except BaseException:
+            self.store._lock_release(self.id, lock)
+            raise
+        # A pool's claim is covered by the pool's liveness lock, not a per-job one.
+        if (
+            state.status == Status.RUNNING
+            and state.worker not in (None, worker_name())
+            and self.store._worker_alive(state.worker)
+        ):
+            self.store._lock_release(self.id, lock)
+            raise WorkerLockHeld(f"job {self.id} is being run by live worker {state.worker}")
+        self._lock = lock
 
     def release_worker_lock(self) -> None:
         """Drop the worker lock: for pools, after the job's outcome is written, and for tests
