@@ -182,6 +182,9 @@ def fail(
         )
         message["retry_in"] = round(delay, 3)
         return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)
+    finalizing = _finalize(state, error, message, now)
+    if finalizing is not None:  # e.g. a pipeline killed for its timeout: cleanup first
+        return finalizing
     new = state.evolve(status=Status.FAILED, error=error, updated_at=now, finished_at=now)
     return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),))
 
@@ -248,6 +251,27 @@ def _cleanup_pending(state: JobState) -> bool:
     return not isinstance(done, dict) or any(name not in done for name in cleanup)
 
 
+def _finalize(
+    state: JobState, error: ErrorInfo, message: dict[str, Any], now: datetime
+) -> Change | None:
+    """A pipeline about to fail for good with its cleanup not run (its worker died or was
+    killed): one more run instead, for the ``ALL_DONE`` stages only, which then fails the job
+    with ``error``."""
+    if not _cleanup_pending(state) or "finalize" in state.payload:
+        return None
+    payload = {**state.payload, "finalize": error.to_dict()}
+    new = state.evolve(
+        status=Status.PENDING,
+        error=error,
+        worker=None,
+        payload=payload,
+        max_attempts=state.max_attempts + 1,
+        updated_at=now,
+    )
+    message["finalize"] = True
+    return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)
+
+
 def abandon(state: JobState, now: datetime) -> Change | None:
     """Reconcile a job whose worker died: retry while attempts are left, else failed."""
     if state.terminal or state.status == Status.PAUSED:
@@ -261,18 +285,8 @@ def abandon(state: JobState, now: datetime) -> Change | None:
     if state.status == Status.PENDING or state.attempts < state.max_attempts:
         new = state.evolve(status=Status.PENDING, error=error, worker=None, updated_at=now)
         return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)
-    if _cleanup_pending(state) and "finalize" not in state.payload:
-        # A pipeline whose cleanup has not run: one more run, for the cleanup only.
-        payload = {**state.payload, "finalize": error.to_dict()}
-        new = state.evolve(
-            status=Status.PENDING,
-            error=error,
-            worker=None,
-            payload=payload,
-            max_attempts=state.max_attempts + 1,
-            updated_at=now,
-        )
-        message["finalize"] = True
-        return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)
+    finalizing = _finalize(state, error, message, now)
+    if finalizing is not None:
+        return finalizing
     new = state.evolve(status=Status.FAILED, error=error, updated_at=now, finished_at=now)
     return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),))

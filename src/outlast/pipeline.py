@@ -106,7 +106,9 @@ class Pipeline:
         attempts: int | None = None,
         timeout: float | None = None,
         queue: str = "default",
+        module: str | None = None,
     ) -> None:
+        """``module`` is where a worker imports the pipeline from (default: the caller's)."""
         if not stages:
             raise InvalidInput("a pipeline needs at least one stage")
         names = [s.name for s in stages]
@@ -114,7 +116,7 @@ class Pipeline:
             raise InvalidInput(f"pipeline {name!r}: stage names must be unique: {names}")
         self.name = name
         self.stages = list(stages)
-        origin = sys._getframe(1).f_globals.get("__name__")
+        origin = module or sys._getframe(1).f_globals.get("__name__")
         self.spec = registry.register(
             registry.JobSpec(name, self, attempts, timeout, queue, "pipeline", origin)
         )
@@ -260,11 +262,15 @@ def run_pipeline(spec: registry.JobSpec, task: Task, state: JobState) -> Any:
     pipeline = spec.fn
     if not isinstance(pipeline, Pipeline):
         raise Fail(f"job {spec.name!r} is not a pipeline")
-    abandoned = state.payload.get("finalize")
-    if abandoned is not None:  # its worker died: only the cleanup is left to do
+    final = state.payload.get("finalize")
+    if final is not None:  # its worker died or was stopped: only the cleanup is left to do
         finalize(spec, task, state)
-        error = Fail("worker exited without recording a result; cleanup stages ran")
-        error.code = ErrorCode.ABANDONED
+        known = isinstance(final, dict) and isinstance(final.get("message"), str)
+        error = Fail(
+            f"{final['message'] if known else 'the pipeline was stopped'}; the cleanup stages ran"
+        )
+        code = final.get("code") if isinstance(final, dict) else None
+        error.code = code if isinstance(code, str) else ErrorCode.ABANDONED
         raise error
     return _Runner(pipeline, task, state).run()
 

@@ -561,9 +561,9 @@ def resume(job_id: str, answer: str | None, as_json: bool, store_url: str | None
     """Answer a paused job's question and queue it again."""
     parsed = parse_json(answer, "--answer")
     with _open(store_url) as store:
-        state = store.open(job_id).resume(parsed)
-        if state.kind == "command":  # pragma: no cover - commands do not pause
-            pass
+        from outlast.run.reap import resume as resume_job
+
+        state = resume_job(store, job_id, parsed)
     if as_json:
         _print_job(state, True)
     else:

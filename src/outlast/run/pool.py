@@ -227,6 +227,7 @@ class Pool:
                 died.append(slot)
         for slot in died:
             if slot.task is not None:
+                slot.process.reap(1)
                 code = slot.process.exitcode
                 what = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
                 error = ErrorInfo(
@@ -270,6 +271,7 @@ class Pool:
         Returns the number of attempts processed.
         """
         self.slots = [self._start_process() for _ in range(self.concurrency)]
+        self._reconcile()  # jobs of dead workers first (a burst run may end before a tick)
         backoff = self.poll_min
         try:
             with self.store.listen(None, queue=True) as listener:

@@ -100,3 +100,14 @@ def cancel(store: Store, job_id: str) -> tuple[JobState, JobState]:
 
         procs.kill_leftovers(before.pid, before.pid_started_at)
     return before, after
+
+
+def resume(store: Store, job_id: str, answer: object = None) -> JobState:
+    """Answer a paused job and queue it again; a spawned job gets a new dedicated worker
+    (pools never claim those)."""
+    state = store.open(job_id).resume(answer)
+    if state.status == Status.PENDING and state.queue == "@dedicated" and state.worker is None:
+        from outlast.run.api import spawn_dedicated
+
+        spawn_dedicated(store, job_id)
+    return state

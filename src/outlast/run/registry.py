@@ -74,7 +74,11 @@ def register(spec: JobSpec) -> JobSpec:
     if (
         existing is not None
         and existing.fn is not spec.fn
-        and (existing.module != spec.module or existing.fn.__qualname__ != spec.fn.__qualname__)
+        and (
+            existing.module != spec.module
+            or getattr(existing.fn, "__qualname__", spec.name)
+            != getattr(spec.fn, "__qualname__", spec.name)
+        )
     ):
         raise InvalidInput(f"job name {spec.name!r} is already registered by {existing.module}")
     _REGISTRY[spec.name] = spec

@@ -33,6 +33,7 @@ def _inotify() -> Any:
         return None
     return inotify_simple
 
+
 QUEUE = "queue"
 SHARDS = 16
 FALLBACK_POLL = 0.02

@@ -1,0 +1,74 @@
+"""Bugs found while making the seed real (the fixed ones keep their tests), and the one gap
+left, pinned as a strict xfail: when it is closed the test passes and the marker must go.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from examples.async_job_watcher import actions
+
+from outlast.model import Status
+from outlast.pipeline import Pipeline, Stage
+from tests.pipeline import pipelines
+from tests.pipeline.conftest import TIMEOUT, Env, status_files, wait_until
+from tests.pipeline.test_recovery import export_pid, polling
+
+
+def _noop(payload: dict[str, object]) -> tuple[dict[str, object], str]:
+    return {}, "ok"
+
+
+def test_a_pipeline_name_can_be_registered_again_by_its_module() -> None:
+    Pipeline("ajw_twice", [Stage("only", _noop)])
+    Pipeline("ajw_twice", [Stage("only", _noop)])  # e.g. a module re-run, or build() twice
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="gap: after a cancel the job is terminal, so the ALL_DONE stage's events and "
+    "checkpoint are fenced out (machine.report/update_payload): it runs, but nobody can see it",
+)
+def test_cancel_records_the_cleanup_stage(env: Env) -> None:
+    task = pipelines.SLOW.spawn(env.payload(delay=30.0))
+    polling(env, task)
+    assert env.cli("cancel", task.id).returncode == 0
+    wait_until(lambda: not status_files(env.status_file()), what="the cleanup")
+    time.sleep(0.5)
+    state = env.store.get(task.id)
+    assert state.status == Status.CANCELED
+    assert state.payload["stages"][actions.CLEANUP]["status"] == "succeeded"
+
+
+def test_a_burst_pool_reconciles_what_a_dead_pool_left(env: Env) -> None:
+    task = pipelines.SLOW.submit(env.payload(delay=30.0))
+    pool = env.start_worker(burst=False)
+    polling(env, task)
+    pool.send_signal(signal.SIGKILL)
+    pool.wait(TIMEOUT)
+    env.run_pool()
+    state = env.store.get(task.id)
+    assert state.status == Status.FAILED and state.error is not None
+    assert state.error.code == "abandoned"
+
+
+def test_a_pipeline_killed_for_its_timeout_still_cleans_up(env: Env) -> None:
+    task = pipelines.DEADLINE.submit(env.payload(delay=30.0))
+    env.run_pool()
+    state = env.store.get(task.id)
+    assert state.status == Status.FAILED and state.error is not None
+    assert state.error.code == "timeout"
+    assert state.payload["stages"][actions.CLEANUP]["status"] == "succeeded"
+    assert status_files(env.status_file()) == []
+
+
+def test_a_pipeline_whose_job_process_dies_still_cleans_up(env: Env) -> None:
+    task = pipelines.CRASH.submit(env.payload(delay=30.0))
+    env.run_pool()
+    state = env.store.get(task.id)
+    assert state.status == Status.FAILED
+    pid = export_pid(state)
+    assert state.payload["stages"][actions.CLEANUP]["status"] == "succeeded", pid
+    assert status_files(env.status_file()) == []
