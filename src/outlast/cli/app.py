@@ -117,7 +117,7 @@ def cli() -> None:
     """outlast: background jobs that outlast the process that started them."""
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("--name", help="A name for the job (default: the command).")
 @click.option("--label", "labels", multiple=True, metavar="K=V", help="Label the job (repeatable).")
 @click.option(
@@ -153,8 +153,12 @@ def run(
     if not command:
         raise click.UsageError("no command given: outlast run [OPTIONS] -- COMMAND [ARGS]...")
     parsed = parse_labels(labels)
-    from outlast.run.spawn import spawn_supervisor
+    import os
 
+    from outlast.run.logs import max_bytes
+    from outlast.run.spawn import save_context, spawn_supervisor
+
+    max_bytes()  # a bad $OUTLAST_LOG_MAX_BYTES is refused here, before anything is written
     with _open(store_url) as store:
         task = store.create(
             command=list(command),
@@ -163,6 +167,7 @@ def run(
             max_attempts=attempts,
             payload={"grace": grace},
         )
+        save_context(store, task.id, os.getcwd(), dict(os.environ))
         spawn_supervisor(store, task.id)
         if as_json:
             _print_job(task.state(), True)

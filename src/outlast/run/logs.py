@@ -43,6 +43,10 @@ class LogWriter:
         return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
     def write(self, data: bytes) -> None:
+        """Append ``data``, rotating first if it would pass the cap; a chunk larger than the
+        cap keeps only its last ``cap`` bytes (the newest output)."""
+        if len(data) > self.cap:
+            data = data[-self.cap :]
         if self._size + len(data) > self.cap and self._size > 0:
             os.close(self._fd)
             os.replace(self.path, f"{self.path}.1")

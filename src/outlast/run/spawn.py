@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +35,34 @@ def start_detached(store: Store, job_id: str, argv: list[str]) -> int:
         os.close(log)
     threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
     return proc.pid
+
+
+def context_path(store: Store, job_id: str) -> str:
+    return str(store.log_path(job_id).with_suffix(".ctx"))
+
+
+def save_context(store: Store, job_id: str, cwd: str, env: dict[str, str]) -> None:
+    """Keep where and with what environment a command was started, for every attempt
+    (a retry may be started by whichever process reconciled the job). 0600: the environment
+    can hold secrets, so it is kept out of the job document."""
+    path = context_path(store, job_id)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"cwd": cwd, "env": env}, handle)
+
+
+def load_context(store: Store, job_id: str) -> tuple[str | None, dict[str, str] | None]:
+    """The saved ``(cwd, env)`` of a command job, or ``(None, None)``."""
+    try:
+        with open(context_path(store, job_id)) as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None, None
+    cwd, env = data.get("cwd"), data.get("env")
+    ok_env = isinstance(env, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    )
+    return (cwd if isinstance(cwd, str) else None), (env if ok_env else None)
 
 
 def spawn_supervisor(store: Store, job_id: str) -> int:

@@ -26,6 +26,7 @@ from outlast.errors import JobNotFound, OutlastError, WorkerLockHeld
 from outlast.model import ErrorInfo, JobState, Status, utcnow
 from outlast.run import procs
 from outlast.run.logs import LogWriter
+from outlast.run.spawn import load_context
 from outlast.store import Store, Task, open_store
 
 DEFAULT_GRACE = 10.0
@@ -60,7 +61,12 @@ class Run:
     def __init__(self, store: Store, task: Task, state: JobState, log: LogWriter) -> None:
         self.store, self.task, self.state, self.log = store, task, state, log
         self.grace = grace_of(state)
-        env = dict(os.environ, OUTLAST_JOB_ID=state.id, OUTLAST_STORE=store.url)
+        cwd, saved = load_context(store, state.id)
+        env = dict(saved if saved is not None else os.environ)
+        env.update(OUTLAST_JOB_ID=state.id, OUTLAST_STORE=store.url)
+        # `outlast report` works inside the job even when the venv is not activated
+        bindir = os.path.dirname(sys.executable)
+        env["PATH"] = os.pathsep.join([bindir, env.get("PATH", os.defpath)])
         read_end, write_end = os.pipe()
         try:
             self.proc = subprocess.Popen(
@@ -69,6 +75,7 @@ class Run:
                 stdout=write_end,
                 stderr=write_end,
                 env=env,
+                cwd=cwd,
                 process_group=0,
                 close_fds=True,
             )
@@ -158,7 +165,12 @@ def supervise(store: Store, job_id: str) -> int:
         task.hold_worker_lock()
     except WorkerLockHeld:
         return 0  # another supervisor already runs it
-    log = LogWriter(store.log_path(job_id))
+    try:
+        log = LogWriter(store.log_path(job_id))
+    except (OutlastError, OSError) as exc:
+        if task.start():
+            task.fail(ErrorInfo("error", f"cannot open the job's log: {exc}"), retry=False)
+        return 1
     while True:
         state = _wait_until_due(store, job_id)
         if state is None or not task.start():

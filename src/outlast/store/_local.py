@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,11 @@ from outlast.store import notify
 from outlast.store.locks import WorkerLocks
 
 log = logging.getLogger("outlast.store")
+
+# The liveness locks this process holds: lock path -> (pid, fd). Never released: the kernel
+# does that when the process dies. Keyed by pid so a forked child takes its own.
+_ALIVE: dict[str, tuple[int, int]] = {}
+_ALIVE_LOCK = threading.Lock()
 
 
 def make_private_dir(path: Path) -> Path:
@@ -68,11 +74,12 @@ def encode_event(event: ProgressEvent) -> bytes:
 class LocalParts:
     """The side folder of a local store: ``locks/``, ``pulse/`` and ``logs/``."""
 
-    def __init__(self, root: Path, lock_dir: Path | None = None) -> None:
+    def __init__(
+        self, root: Path, lock_dir: Path | None = None, lock_suffix: str = ".lock"
+    ) -> None:
         self.root = make_private_dir(root)
-        self.locks = WorkerLocks(make_private_dir(lock_dir or root / "locks"))
+        self.locks = WorkerLocks(make_private_dir(lock_dir or root / "locks"), lock_suffix)
         self.liveness = WorkerLocks(make_private_dir(root / "locks"), suffix="")
-        self._alive: tuple[int, str, int] | None = None  # (pid, worker, fd) held by this process
         self.pulses = notify.Pulses(make_private_dir(root / "pulse"))
         self.logs = make_private_dir(root / "logs")
 
@@ -96,22 +103,27 @@ class LocalParts:
     def forget(self, job_id: str) -> None:
         """Remove what a deleted job left on disk beside the store."""
         self.locks.remove(job_id)
-        try:
-            os.unlink(self.log_path(job_id))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("could not remove the log of job %s: %s", job_id, exc)
+        base = self.log_path(job_id)
+        # the log, its rotated half, and the run context of a command (cwd and environment)
+        for path in (base, Path(f"{base}.1"), base.with_suffix(".ctx")):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("could not remove %s of job %s: %s", path.name, job_id, exc)
 
     def hold_liveness(self, worker: str) -> bool:
         """Hold this process's liveness lock for ``worker`` (once per process); True when it
         was taken just now, so the caller can reconcile jobs of a dead namesake."""
         pid = os.getpid()
-        if self._alive is not None and self._alive[0] == pid and self._alive[1] == worker:
-            return False
-        fd = self.liveness.acquire(paths.liveness_lock_name(worker))
-        self._alive = (pid, worker, fd)
-        return True
+        key = str(self.liveness.path(paths.liveness_lock_name(worker)))
+        with _ALIVE_LOCK:  # one lock per process and store folder, however many Store objects
+            held = _ALIVE.get(key)
+            if held is not None and held[0] == pid:
+                return False
+            _ALIVE[key] = (pid, self.liveness.acquire(paths.liveness_lock_name(worker)))
+            return True
 
     def worker_alive(self, worker: str | None) -> bool:
         if not worker:

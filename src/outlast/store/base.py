@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import abc
 import builtins
+import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from outlast import config, machine
-from outlast.errors import InvalidInput, WorkerLockHeld
+from outlast.errors import CorruptJob, InvalidInput, JobNotFound, WorkerLockHeld
 from outlast.ids import check_id, new_id
 from outlast.machine import Change
 from outlast.model import (
@@ -35,6 +37,8 @@ from outlast.model import (
 )
 
 Transition = Callable[[JobState], Change | None]
+_LIVE_LOCK = threading.RLock()
+_log = logging.getLogger("outlast.store")
 
 
 @dataclass(frozen=True)
@@ -311,7 +315,13 @@ class Store(abc.ABC):
     ) -> builtins.list[tuple[JobState, builtins.list[ProgressEvent]]]:
         """Apply transitions to several jobs; each is atomic on its own. Adapters may write
         them in one transaction (a pool recording the outcomes of many jobs at once)."""
-        return [self._modify(job_id, fn) for job_id, fn in items]
+        results = []
+        for job_id, fn in items:
+            try:
+                results.append(self._modify(job_id, fn))
+            except (JobNotFound, CorruptJob) as exc:  # one bad job must not lose the others
+                _log.warning("not updating job %s: %s", job_id, exc)
+        return results
 
     @abc.abstractmethod
     def _select(
@@ -361,14 +371,20 @@ class Store(abc.ABC):
     def _live(self) -> None:
         """Make this process a live worker of the store (once), first failing over the jobs of
         a dead process that had the same ``host:pid`` (a reused PID), which the new lock
-        would otherwise make look alive."""
+        would otherwise make look alive. Other threads wait until that sweep is done, so it
+        never touches a job this process has claimed."""
         me = worker_name()
-        if not self._hold_liveness(me):
+        if getattr(self, "_live_as", None) == (os.getpid(), me):
             return
-        for status in (Status.RUNNING, Status.PENDING):
-            for state in self.list(status=status, limit=None):
-                if state.worker == me:
-                    self._modify(state.id, lambda s: _namesake(s, me))
+        with _LIVE_LOCK:
+            if getattr(self, "_live_as", None) == (os.getpid(), me):
+                return
+            if self._hold_liveness(me):
+                for status in (Status.RUNNING, Status.PENDING):
+                    for state in self.list(status=status, limit=None):
+                        if state.worker == me:
+                            self._modify(state.id, lambda s: _namesake(s, me))
+            self._live_as = (os.getpid(), me)
 
 
 def _namesake(state: JobState, me: str) -> Change | None:

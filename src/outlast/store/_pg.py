@@ -1,0 +1,495 @@
+"""PostgreSQL plumbing for :mod:`outlast.store.postgresql`: the URL, the schema migrations,
+a small fork-safe connection pool, and the ``LISTEN`` listener.
+
+Connections are autocommit (a transaction is an explicit ``BEGIN … COMMIT``, pipelined), with
+client-side TCP keepalives so that a vanished server is noticed in about ten seconds instead
+of the kernel's fifteen minutes. Why not ``psycopg_pool``: it connects in background threads,
+so a wrong URL or a server that is down surfaces only as a timeout after many seconds, while a
+CLI call wants the server's own message at once; and its ``connection()`` adds a round trip per
+use. Here a connection is made in the calling thread and reused; nothing runs in the background.
+
+Fork: a child must never speak on its parent's sockets (it would corrupt the parent's sessions)
+nor keep them open (the parent's worker locks would outlive the parent). After a fork the child
+closes its copies of every socket, without a word to the server, and starts afresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import socket
+import threading
+import weakref
+import zlib
+from collections.abc import Iterator
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import conninfo as pg_conninfo
+
+from outlast.errors import InvalidInput, StoreError
+from outlast.store import _local
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+DEFAULT_SCHEMA = "outlast"
+MAX_IDLE = 4  # idle connections kept for reuse
+MAX_LISTENERS_IDLE = 2  # idle LISTEN connections kept for the next listen()
+MAX_CONNECTIONS = 16  # statements in flight at once, per store
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
+_MIGRATION_LOCK = 0x6F75746C  # "outl": first key of the two-int migration lock
+CLIENT_KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
+SERVER_KEEPALIVES = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE {s}.jobs (
+        id text PRIMARY KEY,
+        status text NOT NULL,
+        kind text NOT NULL,
+        queue text NOT NULL,
+        worker text,
+        run_after timestamptz,
+        created_at timestamptz NOT NULL,
+        seq integer NOT NULL DEFAULT 0,
+        doc bytea NOT NULL
+    );
+    CREATE INDEX jobs_claimable ON {s}.jobs (created_at, id)
+        WHERE status = 'pending' AND worker IS NULL;
+    CREATE INDEX jobs_created ON {s}.jobs (created_at, id);
+    CREATE INDEX jobs_status_created ON {s}.jobs (status, created_at, id);
+    CREATE TABLE {s}.labels (
+        job_id text NOT NULL,
+        key text NOT NULL,
+        value text NOT NULL,
+        PRIMARY KEY (job_id, key)
+    );
+    CREATE INDEX labels_kv ON {s}.labels (key, value);
+    CREATE TABLE {s}.events (
+        job_id text NOT NULL,
+        seq integer NOT NULL,
+        doc bytea NOT NULL,
+        PRIMARY KEY (job_id, seq)
+    );
+    """,
+)
+
+
+@contextlib.contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Turn psycopg and OS failures into :class:`StoreError` at the boundary."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise StoreError(f"postgresql store: {what}: {exc}".rstrip()) from exc
+    except OSError as exc:
+        raise StoreError(f"postgresql store: {what}: {exc}") from exc
+
+
+def socket_ok(conn: Conn) -> bool:
+    """False once the server closed the connection or the network failed (no round trip)."""
+    pgconn = conn.pgconn
+    try:
+        # What the server said while nobody was reading: a termination notice is followed by
+        # the end of the stream, which libpq sees on the next read.
+        for _ in range(3):
+            if conn.closed or pgconn.status != psycopg.pq.ConnStatus.OK:
+                return False
+            if not select.select([pgconn.socket], [], [], 0)[0]:
+                return True
+            pgconn.consume_input()
+    except (psycopg.Error, OSError, ValueError):
+        return False
+    return pgconn.status == psycopg.pq.ConnStatus.OK
+
+
+def socket_of(conn: Conn | None) -> int | None:
+    if conn is None or conn.closed:
+        return None
+    try:
+        return conn.pgconn.socket
+    except psycopg.Error:
+        return None
+
+
+# ---------------------------------------------------------------------------------- fork
+class _Forkable(Protocol):
+    def _forget_after_fork(self) -> None: ...
+
+
+#: Connections a forked child inherited: their sockets are closed in the child; they are kept
+#: referenced so that no finaliser ever runs on them there.
+_ORPHANS: list[object] = []
+_FORKABLE: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def on_fork(owner: _Forkable) -> None:
+    """Have ``owner._forget_after_fork()`` called in every forked child."""
+    _FORKABLE.add(owner)
+
+
+def orphan(conn: Conn | None) -> None:
+    """In a forked child: let go of the parent's connection without telling the server."""
+    if conn is not None:
+        with contextlib.suppress(psycopg.Error, OSError, ValueError):
+            os.close(conn.pgconn.socket)
+        _ORPHANS.append(conn)
+
+
+def _after_fork_in_child() -> None:
+    for owner in list(_FORKABLE):
+        owner._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ------------------------------------------------------------------------------ the URL
+def parse_url(url: str) -> tuple[str, str, str]:
+    """``(schema, libpq URL without it, host:port/db for messages)``; refuses bad input."""
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError as exc:
+        raise InvalidInput(f"not a postgresql URL: {exc}") from None
+    schemas = [v for k, v in query if k == "schema"]
+    schema = schemas[-1] if schemas else DEFAULT_SCHEMA
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise InvalidInput(
+            f"schema {schema!r}: use at most 48 lower-case letters, digits and '_', "
+            "starting with a letter or '_'"
+        )
+    rest = [(k, v) for k, v in query if k != "schema"]
+    given = {k for k, _ in rest}
+    rest += [(k, v) for k, v in CLIENT_KEEPALIVES.items() if k not in given]
+    if "application_name" not in given:
+        rest.append(("application_name", "outlast"))
+    stripped = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
+    try:
+        params = pg_conninfo.conninfo_to_dict(stripped)
+    except psycopg.Error as exc:
+        raise InvalidInput(f"not a usable postgresql URL: {exc}") from None
+    where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}"
+    where += f"/{params.get('dbname') or params.get('user') or ''}?schema={schema}"
+    return schema, stripped, where
+
+
+def _int4(value: int) -> int:
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def migrate(conn: Conn, schema: str) -> None:
+    """Bring the schema to the latest version, one migration per transaction, serialised by
+    a transaction-level advisory lock (so concurrent openers wait, then find it done)."""
+    s, latest = f'"{schema}"', len(MIGRATIONS)
+    try:
+        row = conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone()
+        version = int(row[0] or 0) if row else 0
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        version = 0
+    while version < latest:
+        with conn.transaction():
+            lock = (_int4(_MIGRATION_LOCK), _int4(zlib.crc32(schema.encode())))
+            conn.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", lock)
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {s}.schema_version (version integer PRIMARY KEY,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            row = conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone()
+            version = int(row[0] or 0) if row else 0
+            if version < latest:
+                conn.execute(MIGRATIONS[version].format(s=s))
+                conn.execute(
+                    f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version + 1,)
+                )
+                version += 1
+    if version > latest:
+        raise StoreError(
+            f"postgresql store: schema {schema} is at version {version}, newer than this "
+            f"outlast knows ({latest}); upgrade outlast"
+        )
+
+
+# -------------------------------------------------------------------------- connections
+class Connections:
+    """A few reusable autocommit connections to one server. Thread-safe."""
+
+    def __init__(self, conninfo: str, where: str) -> None:
+        self.conninfo, self.where = conninfo, where
+        self._pid = os.getpid()
+        self._idle: list[Conn] = []
+        self._idle_listeners: list[Conn] = []
+        self._mutex = threading.Lock()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._tls = threading.local()
+        on_fork(self)
+
+    def connect(self, **extra: str) -> Conn:
+        """A new connection of its own (``extra``: libpq parameters over the URL's)."""
+        with translated(f"cannot connect to {self.where}"):
+            return psycopg.connect(
+                pg_conninfo.make_conninfo(self.conninfo, **extra), autocommit=True
+            )
+
+    def _take(self, idle: list[Conn], **extra: str) -> Conn:
+        if self._pid != os.getpid():
+            self._forget_after_fork()
+        with self._mutex:
+            while idle:
+                conn = idle.pop()
+                if socket_ok(conn):
+                    return conn
+                conn.close()
+        return self.connect(**extra)
+
+    def _give(self, idle: list[Conn], keep: int, conn: Conn) -> None:
+        usable = (
+            socket_ok(conn) and conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        )
+        with self._mutex:
+            if usable and len(idle) < keep and self._pid == os.getpid():
+                idle.append(conn)
+                return
+        conn.close()
+
+    @contextlib.contextmanager
+    def session(self, what: str) -> Iterator[Conn]:
+        """A connection for one statement or transaction; rolled back on error, failures
+        translated. Nested use in one thread shares the connection (and its transaction), so
+        a transaction never waits for a second connection."""
+        current: Conn | None = getattr(self._tls, "conn", None)
+        if current is not None:
+            yield current
+            return
+        if not self._slots.acquire(timeout=60):
+            raise StoreError(f"postgresql store: {what}: all {MAX_CONNECTIONS} connections busy")
+        try:
+            conn = self._take(self._idle)
+            self._tls.conn = conn
+            try:
+                with translated(what):
+                    yield conn
+            except BaseException:
+                with contextlib.suppress(psycopg.Error):
+                    if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                        conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._tls.conn = None
+                self._give(self._idle, MAX_IDLE, conn)
+        finally:
+            self._slots.release()
+
+    def take_listener(self) -> Conn:
+        return self._take(self._idle_listeners, application_name="outlast-listen")
+
+    def give_listener(self, conn: Conn) -> None:
+        """Take back a listener's connection: unsubscribed and drained, it serves the next."""
+        try:
+            conn.execute("UNLISTEN *")
+            for _ in conn.notifies(timeout=0):
+                pass
+        except psycopg.Error:
+            conn.close()
+            return
+        self._give(self._idle_listeners, MAX_LISTENERS_IDLE, conn)
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: drop the parent's connections and thread state (a mutex may have
+        been held by a thread that is not here)."""
+        for conn in [*self._idle, *self._idle_listeners]:
+            orphan(conn)
+        self._idle, self._idle_listeners = [], []
+        self._mutex = threading.Lock()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._tls = threading.local()
+        self._pid = os.getpid()
+
+    def close(self) -> None:
+        with self._mutex:
+            conns = self._idle + self._idle_listeners
+            self._idle, self._idle_listeners = [], []
+        for conn in conns:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+
+# ------------------------------------------------------------------------ lock connection
+_POOLER_HINT = (
+    "worker locks are session advisory locks: connect workers to PostgreSQL directly or "
+    "through a pooler in session mode (PgBouncer's transaction pooling breaks them)"
+)
+
+
+def open_lock_connection(conns: Connections, probe: int, ids: tuple[int, int]) -> tuple[Conn, int]:
+    """A new lock connection and its backend pid: server-side keepalives, and checked to own
+    its session (``probe`` is a lock key nobody else uses, ``ids`` its pg_locks ids)."""
+    options = " ".join(f"-c {k}={v}" for k, v in SERVER_KEEPALIVES.items())
+    base = pg_conninfo.conninfo_to_dict(conns.conninfo).get("options") or ""
+    try:
+        conn = conns.connect(application_name="outlast-locks", options=f"{base} {options}".strip())
+    except StoreError as exc:
+        if "startup parameter" not in str(exc):
+            raise
+        raise StoreError(f"{exc}; {_POOLER_HINT}") from exc.__cause__
+    try:
+        with translated("open the lock connection"):
+            return conn, _check_session(conn, probe, ids, conns.where)
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _check_session(conn: Conn, probe: int, ids: tuple[int, int], where: str) -> int:
+    """Refuse a session whose advisory locks are not its own; warn about a proxy between us
+    and the server, or server-side keepalives that did not take."""
+    row = conn.execute(
+        "SELECT pg_try_advisory_lock(%s::int8), pg_backend_pid(),"
+        " current_setting('tcp_keepalives_idle'), inet_client_port()",
+        (probe,),
+    ).fetchone()
+    assert row is not None
+    seen = conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s"
+        " AND classid = %s::int8::oid AND objid = %s::int8::oid AND objsubid = 1 AND granted",
+        (row[1], *ids),
+    ).fetchone()
+    conn.execute("SELECT pg_advisory_unlock(%s::int8)", (probe,))
+    if not row[0] or not seen or seen[0] != 1:
+        raise StoreError(
+            f"postgresql store at {where}: a session advisory lock is not visible on its own "
+            f"session; {_POOLER_HINT}"
+        )
+    if row[3] is not None:  # TCP
+        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as ours:
+            port = ours.getsockname()[1]
+        if port != row[3]:
+            _local.log.warning(
+                "postgresql store at %s: the lock connection goes through a proxy or pooler "
+                "(the server sees client port %s, this end is %s); %s",
+                where,
+                row[3],
+                port,
+                _POOLER_HINT,
+            )
+        elif row[2] != SERVER_KEEPALIVES["tcp_keepalives_idle"]:
+            _local.log.warning(
+                "postgresql store at %s: the server did not apply tcp_keepalives_idle=10 to the "
+                "lock connection (it says %r): a vanished worker host keeps its jobs' locks "
+                "until the server notices by its own settings",
+                where,
+                row[2],
+            )
+    return int(row[1])
+
+
+# ----------------------------------------------------------------------------- listener
+class PgListener:
+    """Wakes a waiter on ``pg_notify`` of some channels. One thread at a time.
+
+    ``wait`` returns True for a notification about one of ``jobs`` (any job when None) or on
+    ``queue_channel``; ``fileno`` is the connection's socket for ``select()``. After a lost
+    connection it reconnects and reports a wake-up (the caller re-checks what it waits for).
+    """
+
+    def __init__(
+        self,
+        conns: Connections,
+        channels: list[str],
+        jobs: set[str] | None,
+        queue_channel: str,
+    ) -> None:
+        self._conns, self._channels, self._jobs = conns, channels, jobs
+        self._queue_channel = queue_channel
+        self._pid = os.getpid()
+        self._conn: Conn | None = None  # before anything can fail: __del__ reads it
+        self._subscribe()
+        on_fork(self)
+
+    def _subscribe(self) -> None:
+        conn = self._conns.take_listener()
+        try:
+            with translated("listen"):
+                conn.execute("; ".join(f'LISTEN "{c}"' for c in self._channels))
+        except StoreError:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def _live(self) -> Conn:
+        if self._pid != os.getpid():
+            raise StoreError("a postgresql store listener cannot be used across fork")
+        if self._conn is None:
+            raise StoreError("the listener is closed")
+        return self._conn
+
+    def _relevant(self, note: psycopg.Notify) -> bool:
+        if self._jobs is None or note.channel == self._queue_channel:
+            return True
+        return note.payload in self._jobs
+
+    def _reconnect(self, exc: psycopg.Error) -> None:
+        _local.log.warning("a listener lost its connection (%s); reconnecting", exc)
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+        self._subscribe()
+
+    def _forget_after_fork(self) -> None:
+        orphan(self._conn)
+        self._conn = None
+
+    def fileno(self) -> int | None:
+        return socket_of(self._conn)
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until a relevant notification or ``timeout`` seconds; True when woken."""
+        conn = self._live()
+        try:
+            for note in conn.notifies(timeout=timeout):
+                if self._relevant(note):
+                    return True
+        except psycopg.Error as exc:
+            self._reconnect(exc)
+            return True
+        return False
+
+    def drain(self) -> None:
+        """Consume the notifications that have arrived, without blocking."""
+        conn = self._live()
+        try:
+            for _ in conn.notifies(timeout=0):
+                pass
+        except psycopg.Error as exc:
+            self._reconnect(exc)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and self._pid == os.getpid():
+            self._conns.give_listener(conn)
+
+    def __del__(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            with contextlib.suppress(Exception):
+                self._conn.close()
+
+    def __enter__(self) -> PgListener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

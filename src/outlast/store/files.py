@@ -1,0 +1,502 @@
+"""The files adapter: one JSON file per job, the transparent option (the Go seed's design).
+
+Layout of the store folder (0700; every file 0600)::
+
+    <id>.json           the job document, exactly ``JobState.to_dict()``
+    <id>.events.jsonl   its events, one ``ProgressEvent.to_dict()`` per line, seq 1, 2, 3…
+    <id>.lock           short flock taken (blocking) for every read-modify-write of the job
+    <id>.worker.lock    the lifetime worker lock (:mod:`outlast.store.locks`)
+    .outlast/locks/     the liveness lock of each worker process (``host:pid``)
+    .outlast/pulse/     pulse files that wake waiters (:mod:`outlast.store.notify`)
+    .outlast/logs/      the jobs' output
+
+Durability: a document is written to ``<id>.json.<random>.tmp``, fsynced, renamed over
+``<id>.json`` and the folder is fsynced, so a reader sees the old or the new document, never a
+part of one, and a transition that returned survives a crash or power loss. Events are appended
+(one ``write``, then fsync) *before* the state is replaced: a watcher that reads a terminal state
+and then the events finds the terminal event. A crash between the two leaves events whose state
+change is lost (reconcile then records what happened). A torn last event line (a crash inside the
+append) is ignored by readers and cut off by the next writer, so seq numbers never gap. Stale
+``*.tmp`` files of a crashed write are never read as jobs.
+
+Limits: ``list`` and ``claim`` scan the folder, O(n) in the number of jobs (a per-process index
+keyed by inode, size and mtime keeps that to one ``stat`` per unchanged document, about 10 ms per
+1,000 jobs); ``get`` and every transition touch only the job's own files. flock wants a local
+filesystem: one machine only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from outlast import machine
+from outlast.errors import CorruptJob, InvalidJobId, JobActive, JobNotFound, StoreError
+from outlast.ids import check_id
+from outlast.model import JobState, Kind, ProgressEvent, Status, parse_time, utcnow
+from outlast.store import _local
+from outlast.store.base import Capabilities, Store, Transition
+from outlast.store.notify import Listener
+
+#: ``<x>.worker``'s short lock would be ``<x>``'s worker lock, so no job here has that name.
+_RESERVED = ".worker"
+#: A file changed this recently may share inode, size and mtime with a later version (inodes
+#: are reused and mtime is coarse), so the scan cache only trusts older files ("racy git").
+_RACY_NS = 2_000_000_000
+_TAIL_CHUNK = 4096
+_MAX_MARKS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """What a scan keeps of one document: an index for filtering and ordering, never returned
+    (``list`` and ``claim`` read the documents they pick afresh)."""
+
+    #: ``(inode, size, mtime_ns)`` when read, and whether that may identify this version.
+    key: tuple[int, int, int]
+    trusted: bool
+    digest: int
+    id: str
+    created_at: datetime
+    status: Status
+    worker: str | None
+    run_after: datetime | None
+    queue: str
+    kind: Kind
+    labels: dict[str, str]
+
+
+def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest: int) -> _Entry:
+    """The indexed fields of a parsed document (a full parse costs four times as much)."""
+    created_at, run_after = parse_time(d["created_at"], ""), parse_time(d["run_after"], "")
+    if d["id"] != job_id or created_at is None:
+        raise ValueError("not indexable")
+    fields = (Status(d["status"]), d["worker"], run_after, d["queue"], Kind(d["kind"]))
+    return _Entry(key, trusted, digest, job_id, created_at, *fields, dict(d["labels"]))
+
+
+def _matches(job: _Entry | JobState, status: Status | None, labels: dict[str, str]) -> bool:
+    return (status is None or job.status == status) and all(
+        job.labels.get(k) == v for k, v in labels.items()
+    )
+
+
+def _is_job_id(job_id: str) -> bool:
+    """Whether ``<job_id>.json`` can be a document of this store (not tmp files or junk)."""
+    try:
+        check_id(job_id)
+    except InvalidJobId:
+        return False
+    return not job_id.endswith(_RESERVED)
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _slurp(path: Path) -> tuple[os.stat_result, bytes]:
+    with open(path, "rb", buffering=0) as f:  # O_CLOEXEC, as every open() in Python
+        return os.fstat(f.fileno()), f.readall()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class FilesStore(Store):
+    """A store folder of plain files; see the module docstring for the layout and promises."""
+
+    capabilities = Capabilities(pushes_notifications=True, spans_hosts=False)
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path).absolute()
+        self.url = f"files://{self.path}"
+        _local.make_private_dir(self.path)
+        self.parts = _local.LocalParts(
+            self.path / ".outlast", lock_dir=self.path, lock_suffix=".worker.lock"
+        )
+        self._scanned: dict[str, _Entry] = {}
+        self._marks: dict[str, tuple[int, int, int]] = {}  # id -> (inode, seq, end offset)
+
+    # ------------------------------------------------------------------ paths, files, locks
+    def _file(self, job_id: str, suffix: str) -> Path:
+        return self.path / f"{check_id(job_id)}{suffix}"
+
+    @contextlib.contextmanager
+    def _translated(self, what: str) -> Iterator[None]:
+        """Turn OS failures into :class:`StoreError` at the boundary."""
+        try:
+            yield
+        except OSError as exc:
+            raise StoreError(f"files store {self.path}: {what}: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _locked(self, job_id: str) -> Iterator[None]:
+        """Hold ``<id>.lock`` exclusively. The lock file lives only as long as the document:
+        it is unlinked, still held, when no document is left (delete, a missing job), so a
+        waiter that then gets the old inode sees it is no longer the path's and retries."""
+        if job_id.endswith(_RESERVED):
+            raise JobNotFound(f"no job {job_id}")
+        path = self._file(job_id, ".lock")
+        for _ in range(1000):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                with contextlib.suppress(FileNotFoundError):
+                    if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                        break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+        else:
+            raise StoreError(f"files store: the lock of job {job_id} keeps being replaced")
+        try:
+            yield
+        finally:
+            try:
+                if not os.path.exists(self._file(job_id, ".json")):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+            finally:
+                os.close(fd)
+
+    def _sync_dir(self) -> None:
+        """Make renames and unlinks in the folder durable."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        self.parts.close()
+
+    # ------------------------------------------------------------------ documents
+    def _load(self, job_id: str) -> JobState:
+        try:
+            _, raw = _slurp(self._file(job_id, ".json"))
+        except FileNotFoundError:
+            raise JobNotFound(f"no job {job_id}") from None
+        return _local.decode(job_id, raw)
+
+    def _write_state(self, state: JobState) -> None:
+        """Replace the document atomically and durably (temp file, fsync, rename, dir fsync)."""
+        final = self._file(state.id, ".json")
+        tmp = final.with_name(f"{final.name}.{os.urandom(6).hex()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                _write_all(fd, _local.encode(state) + b"\n")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._sync_dir()
+
+    def _insert(self, state: JobState) -> None:
+        if state.id.endswith(_RESERVED):
+            raise InvalidJobId(f"job ids ending in {_RESERVED!r} are reserved by the files store")
+        with self._translated(f"create {state.id}"), self._locked(state.id):
+            if self._file(state.id, ".json").exists():
+                raise StoreError(f"files store: job {state.id} already exists")
+            # Events left by a delete that crashed half-way must not join the new job's log.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._file(state.id, ".events.jsonl"))
+            self._write_state(state)
+
+    def _read(self, job_id: str) -> JobState:
+        with self._translated(f"read {job_id}"):
+            return self._load(job_id)
+
+    # ------------------------------------------------------------------ events
+    def _tail(self, job_id: str, fd: int) -> tuple[int, int]:
+        """``(seq of the last complete line, offset just after it)``, reading backwards."""
+        pos = os.fstat(fd).st_size
+        buf = b""
+        while True:
+            nl = buf.rfind(b"\n")
+            if nl >= 0:
+                start = buf.rfind(b"\n", 0, nl)
+                if start >= 0 or pos == 0:
+                    break
+            elif pos == 0:
+                return 0, 0  # empty, or nothing but a torn line
+            step = min(pos, max(_TAIL_CHUNK, len(buf)))
+            pos -= step
+            buf = os.pread(fd, step, pos) + buf
+        try:
+            seq = json.loads(buf[start + 1 : nl])["seq"]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CorruptJob(f"job {job_id} has a corrupt event log: {exc!r}") from exc
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+            raise CorruptJob(f"job {job_id} has a corrupt event log: seq {seq!r}")
+        return seq, pos + nl + 1
+
+    def _append(self, job_id: str, events: list[machine.NewEvent]) -> list[ProgressEvent]:
+        """Append ``events`` after the last seq (job lock held): one write, then fsync."""
+        path = self._file(job_id, ".events.jsonl")
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            seq, end = self._tail(job_id, fd)
+            if end < os.fstat(fd).st_size:
+                os.ftruncate(fd, end)  # a torn line from a crash inside an append
+            now = utcnow()
+            stored = [
+                ProgressEvent(job_id, seq + i, now, e.step, e.status, e.message)
+                for i, e in enumerate(events, 1)
+            ]
+            data, written = b"".join(_local.encode_event(e) + b"\n" for e in stored), 0
+            try:
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+            except BaseException:
+                # Drop a torn line; keep whole ones, which a reader may have seen already.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, end + data.rfind(b"\n", 0, written) + 1)
+                raise
+            os.fsync(fd)
+            return stored
+        finally:
+            os.close(fd)
+
+    def _events(self, job_id: str, after: int, limit: int | None) -> list[ProgressEvent]:
+        # Lines only grow at the end and line k holds seq k, so a mark (inode, seq, offset)
+        # left by an earlier read lets a watcher read just the new bytes.
+        ino, seq, offset = self._marks.get(job_id, (0, 0, 0))
+        with self._translated(f"events of {job_id}"):
+            try:
+                with open(self._file(job_id, ".events.jsonl"), "rb", buffering=0) as f:
+                    st = os.fstat(f.fileno())
+                    if ino != st.st_ino or seq > after or offset > st.st_size:
+                        seq, offset = 0, 0
+                    f.seek(offset)
+                    data = f.readall()
+            except FileNotFoundError:
+                return []
+        end = data.rfind(b"\n") + 1  # a torn last line is not an event (yet)
+        lines = data[:end].split(b"\n")[:-1]
+        skip = max(0, after - seq)
+        out: list[ProgressEvent] = []
+        for n, line in enumerate(lines[skip:], seq + skip + 1):
+            if limit is not None and len(out) >= limit:
+                break
+            try:
+                event = ProgressEvent.from_dict(json.loads(line))
+            except (ValueError, CorruptJob) as exc:
+                raise CorruptJob(f"job {job_id} has a corrupt event: {exc}") from exc
+            if event.seq != n:
+                raise CorruptJob(f"job {job_id}: event line {n} holds seq {event.seq}")
+            out.append(event)
+        if len(self._marks) >= _MAX_MARKS:
+            self._marks.clear()
+        self._marks[job_id] = (st.st_ino, seq + len(lines), offset + end)
+        return out
+
+    # ------------------------------------------------------------------ transitions
+    def _commit(self, job_id: str, change: machine.Change) -> list[ProgressEvent]:
+        """Write a change under the job lock: events first, then the state (see above)."""
+        stored = self._append(job_id, list(change.events)) if change.events else []
+        self._write_state(change.state)
+        return stored
+
+    def _modify(self, job_id: str, fn: Transition) -> tuple[JobState, list[ProgressEvent]]:
+        with self._translated(f"update {job_id}"), self._locked(job_id):
+            state = self._load(job_id)
+            change = fn(state)
+            if change is None:
+                return state, []
+            stored = self._commit(job_id, change)
+        self.parts.pulse(job_id, change.claimable)
+        return change.state, stored
+
+    def _remove(self, job_id: str, force: bool) -> None:
+        with self._translated(f"delete {job_id}"), self._locked(job_id):
+            if not self._file(job_id, ".json").exists():
+                raise JobNotFound(f"no job {job_id}")
+            if not force:  # with force, even a corrupt document can be deleted
+                status = self._load(job_id).status
+                if not status.terminal:
+                    why = "cancel it first or force the delete"
+                    raise JobActive(f"job {job_id} is {status}; {why}")
+            os.unlink(self._file(job_id, ".json"))
+            self._sync_dir()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._file(job_id, ".events.jsonl"))
+            self.parts.forget(job_id)
+            self._marks.pop(job_id, None)
+        # the lock file went with the document, when _locked let go
+        self.parts.pulse(job_id, False)
+
+    # ------------------------------------------------------------------ scans
+    def _scan(self, claiming: bool = False) -> list[_Entry]:
+        """An entry for every readable document; an unchanged one costs one ``stat``, and
+        when ``claiming``, one seen terminal costs nothing: it can never be claimed again."""
+        old, new = self._scanned, {}
+        trusted_before = time.time_ns() - _RACY_NS
+        with os.scandir(self.path) as it:
+            for item in it:
+                if not item.name.endswith(".json"):
+                    continue
+                job_id, known = item.name[:-5], old.get(item.name[:-5])
+                if known is None and not _is_job_id(job_id):
+                    continue
+                if claiming and known is not None and known.status.terminal:
+                    new[job_id] = known
+                    continue
+                try:
+                    new[job_id] = self._entry(job_id, item, known, trusted_before)
+                except FileNotFoundError:
+                    continue  # deleted while we looked
+                except CorruptJob as exc:
+                    if not claiming:  # a pool polls often: say it in listings only
+                        _local.log.warning("skipping a corrupt job in the listing: %s", exc)
+        self._scanned = new
+        return list(new.values())
+
+    @staticmethod
+    def _entry(job_id: str, item: os.DirEntry[str], known: _Entry | None, before: int) -> _Entry:
+        key = _stat_key(item.stat(follow_symlinks=False))
+        if known is not None and known.trusted and known.key == key:
+            return known
+        st, raw = _slurp(Path(item.path))
+        key = _stat_key(st)
+        trusted, digest = key[2] < before, hash(raw)
+        if known is not None and known.digest == digest:
+            return replace(known, key=key, trusted=trusted)
+        try:
+            return _index(job_id, json.loads(raw), key, trusted, digest)
+        except (ValueError, TypeError, KeyError, CorruptJob):
+            # The full parse says what is wrong, or knows the defaults of missing fields.
+            return _index(job_id, _local.decode(job_id, raw).to_dict(), key, trusted, digest)
+
+    def _select(
+        self, status: Status | None, labels: dict[str, str], limit: int | None, before: str | None
+    ) -> list[JobState]:
+        with self._translated("list"):
+            entries = self._scan()
+            if before is not None:
+                cursor = next((e for e in entries if e.id == before), None)
+                if cursor is None:
+                    raise JobNotFound(f"no job {before} (the 'before' cursor)")
+                mark = (cursor.created_at, cursor.id)
+                entries = [e for e in entries if (e.created_at, e.id) < mark]
+            chosen = [e for e in entries if _matches(e, status, labels)]
+            chosen.sort(key=lambda e: (e.created_at, e.id), reverse=True)
+            states: list[JobState] = []
+            for entry in chosen:
+                if limit is not None and len(states) >= limit:
+                    break
+                try:
+                    state = self._load(entry.id)
+                except JobNotFound:
+                    continue
+                except CorruptJob as exc:
+                    _local.log.warning("skipping a corrupt job in the listing: %s", exc)
+                    continue
+                if _matches(state, status, labels):  # it may have moved on since the scan
+                    states.append(state)
+            return states
+
+    def _claim(
+        self,
+        worker: str,
+        limit: int,
+        queues: list[str] | None,
+        kinds: list[Kind] | None,
+        now: datetime,
+    ) -> list[tuple[JobState, Any]]:
+        with self._translated("claim"):
+            entries = self._scan(claiming=True)
+        due = [
+            e
+            for e in entries
+            if e.status == Status.PENDING
+            and e.worker is None
+            and (e.run_after is None or e.run_after <= now)
+            and (not queues or e.queue in queues)
+            and (not kinds or e.kind in kinds)
+        ]
+        due.sort(key=lambda e: (e.created_at, e.id))
+        claimed: list[tuple[JobState, Any]] = []
+        for entry in due:
+            if len(claimed) >= limit:
+                break
+            try:
+                got = self._claim_one(entry.id, worker, now)
+            except JobNotFound:
+                continue  # deleted since the scan
+            except CorruptJob as exc:
+                _local.log.warning("not claiming a corrupt job: %s", exc)
+                continue
+            except StoreError as exc:
+                if not claimed:
+                    raise
+                # Claims already written stand (their workers hold them): return those; a
+                # lasting failure is raised by the next claim.
+                _local.log.warning("claim stopped early at job %s: %s", entry.id, exc)
+                break
+            if got is not None:
+                claimed.append(got)
+        for state, _ in claimed:
+            self.parts.pulse(state.id, False)
+        return claimed
+
+    def _claim_one(self, job_id: str, worker: str, now: datetime) -> tuple[JobState, int] | None:
+        """Take the worker lock, then start the job if the document, re-read under the job
+        lock, still says it is free: the job lock makes check and write one atomic step."""
+        lock = self.parts.locks.try_acquire(job_id)
+        if lock is None:
+            return None
+        claimed = None
+        try:
+            with self._translated(f"claim {job_id}"), self._locked(job_id):
+                state = self._load(job_id)
+                change = machine.start(state, worker, now) if state.worker is None else None
+                if change is not None:
+                    self._commit(job_id, change)
+                    claimed = change.state, lock
+        finally:
+            if claimed is None:
+                with self._translated(f"release {job_id}"):
+                    self.parts.locks.release(job_id, lock)
+        return claimed
+
+    # ------------------------------------------------------------------ locks, notification
+    def _lock_acquire(self, job_id: str) -> Any:
+        return self.parts.acquire(job_id)
+
+    def _lock_held(self, job_id: str) -> bool:
+        return self.parts.locks.held(job_id)
+
+    def _hold_liveness(self, worker: str) -> bool:
+        return self.parts.hold_liveness(worker)
+
+    def _worker_alive(self, worker: str | None) -> bool:
+        return self.parts.worker_alive(worker)
+
+    def _lock_release(self, job_id: str, handle: Any) -> None:
+        self.parts.locks.release(job_id, handle)
+
+    def _pulse(self, job_id: str, claimable: bool = False) -> None:
+        self.parts.pulse(job_id, claimable)
+
+    def listen(self, job_ids: list[str] | None = None, queue: bool = False) -> Listener:
+        return self.parts.listen(job_ids, queue)
+
+    def log_path(self, job_id: str) -> Path:
+        return self.parts.log_path(job_id)
