@@ -17,6 +17,20 @@ def new_id() -> str:
     return f"{int(time.time() * 1000):012x}{os.urandom(4).hex()}"
 
 
+def check_queue(queue: object) -> str:
+    """Return ``queue`` if it is a valid queue name (the rule of ids; ``@…`` names are
+    reserved for outlast's own), else raise :class:`InvalidInput`."""
+    from outlast.errors import InvalidInput
+
+    try:
+        return check_id(queue)
+    except InvalidJobId:
+        raise InvalidInput(
+            f"invalid queue name {queue!r}: letters, digits, '.', '_' and '-', starting with "
+            "a letter or digit"
+        ) from None
+
+
 def check_id(job_id: object) -> str:
     """Return ``job_id`` if it is a single clean name, else raise :class:`InvalidJobId`.
 

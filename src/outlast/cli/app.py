@@ -380,15 +380,12 @@ def report(
 
 
 def _queue_name(value: str) -> str:
-    from outlast.ids import check_id
+    from outlast.ids import check_queue
 
     try:
-        return check_id(value)
-    except InvalidInput:
-        raise click.BadParameter(
-            f"invalid queue name {value!r}: letters, digits, '.', '_' and '-'",
-            param_hint="--queue",
-        ) from None
+        return check_queue(value)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--queue") from None
 
 
 @cli.command()

@@ -75,7 +75,7 @@ def create_job(
         kind=spec.kind,
         name=spec.name,
         labels=labels,
-        queue=queue or spec.queue,
+        queue=spec.queue if queue is None else queue,
         payload=body,
         max_attempts=spec.attempts or config.max_retries(),
     )

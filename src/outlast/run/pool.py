@@ -40,6 +40,7 @@ from typing import Any
 
 from outlast import config
 from outlast.errors import InvalidInput, OutlastError
+from outlast.ids import check_queue
 from outlast.model import ErrorCode, ErrorInfo, Kind, Status
 from outlast.run.execute import Outcome, transition
 from outlast.store import Store, Task, open_store, worker_name
@@ -100,8 +101,8 @@ class Pool:
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidInput(f"concurrency must be a whole number >= 1, not {concurrency!r}")
-        if queues is not None and not all(isinstance(q, str) and q for q in queues):
-            raise InvalidInput("queues must be non-empty names")
+        for queue in queues or []:
+            check_queue(queue)
         self.store, self.concurrency = store, concurrency
         self.queues = list(queues or ["default"])
         self.imports, self.burst, self.grace = list(imports or []), burst, grace
@@ -181,10 +182,18 @@ class Pool:
             self.backlog.extend(tasks)
             claimed = len(tasks)
         for slot in idle:
-            if not self.backlog:
+            if not self.backlog or self.stopping:
                 break
             self._assign(slot, self.backlog.popleft())
         return claimed
+
+    def _retries_pending(self) -> bool:
+        """Whether a job of our queues waits out a retry backoff (a burst run waits for it)."""
+        kinds = {Kind.FUNCTION, Kind.PIPELINE}
+        return any(
+            s.worker is None and s.queue in self.queues and s.kind in kinds
+            for s in self.store.list(status=Status.PENDING, limit=None)
+        )
 
     def _check_running(self) -> None:
         """React to cancels (or lost jobs) of the jobs being run."""
@@ -278,7 +287,10 @@ class Pool:
                 while True:
                     claimed = self._fill()
                     busy = any(s.task is not None for s in self.slots)
-                    if not busy and (self.stopping or (self.burst and not claimed)):
+                    if not busy and (
+                        self.stopping
+                        or (self.burst and not claimed and not self._retries_pending())
+                    ):
                         break
                     backoff = self.poll_min if claimed else min(backoff * 2, self.poll_max)
                     fds = [s.conn.fileno() for s in self.slots]

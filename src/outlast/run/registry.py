@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from outlast.errors import InvalidInput
+from outlast.ids import check_queue
 from outlast.model import JobState
 
 _REGISTRY: dict[str, JobSpec] = {}
@@ -65,8 +66,7 @@ def _check_options(attempts: int | None, timeout: float | None, queue: str) -> N
         raise InvalidInput(f"attempts must be a whole number >= 1, not {attempts!r}")
     if timeout is not None and (not isinstance(timeout, int | float) or not timeout > 0):
         raise InvalidInput(f"timeout must be a number of seconds > 0, not {timeout!r}")
-    if not isinstance(queue, str) or not queue:
-        raise InvalidInput("queue must be a non-empty string")
+    check_queue(queue)
 
 
 def register(spec: JobSpec) -> JobSpec:

@@ -16,6 +16,7 @@ closes its copies of every socket, without a word to the server, and starts afre
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import select
@@ -100,21 +101,35 @@ def translated(what: str) -> Iterator[None]:
         raise StoreError(f"postgresql store: {what}: {exc}") from exc
 
 
+#: Connections the server said FATAL to while they were idle (terminated, shut down, timed
+#: out): the end of the stream follows, but may not have arrived yet.
+_DOOMED: weakref.WeakSet[Conn] = weakref.WeakSet()
+
+
+def _on_notice(conn: weakref.ref[Conn], diag: psycopg.errors.Diagnostic) -> None:
+    if diag.severity_nonlocalized in ("FATAL", "PANIC") and (live := conn()) is not None:
+        _DOOMED.add(live)
+
+
 def socket_ok(conn: Conn) -> bool:
-    """False once the server closed the connection or the network failed (no round trip)."""
+    """False once the server closed the connection, said it would, or the network failed.
+
+    No round trip: it reads what the server sent while nobody was reading. An idle session
+    gets nothing but the odd parameter report, or its end: ``FATAL`` (handed to the notice
+    handler when libpq parses it) followed by the end of the stream.
+    """
     pgconn = conn.pgconn
     try:
-        # What the server said while nobody was reading: a termination notice is followed by
-        # the end of the stream, which libpq sees on the next read.
-        for _ in range(3):
-            if conn.closed or pgconn.status != psycopg.pq.ConnStatus.OK:
+        while not conn.closed and pgconn.status == psycopg.pq.ConnStatus.OK:
+            if conn in _DOOMED:
                 return False
             if not select.select([pgconn.socket], [], [], 0)[0]:
                 return True
             pgconn.consume_input()
+            pgconn.is_busy()  # parses it: notices, and so a FATAL, reach the handler
     except (psycopg.Error, OSError, ValueError):
-        return False
-    return pgconn.status == psycopg.pq.ConnStatus.OK
+        pass
+    return False
 
 
 def socket_of(conn: Conn | None) -> int | None:
@@ -242,9 +257,11 @@ class Connections:
     def connect(self, **extra: str) -> Conn:
         """A new connection of its own (``extra``: libpq parameters over the URL's)."""
         with translated(f"cannot connect to {self.where}"):
-            return psycopg.connect(
+            conn = psycopg.connect(
                 pg_conninfo.make_conninfo(self.conninfo, **extra), autocommit=True
             )
+        conn.add_notice_handler(functools.partial(_on_notice, weakref.ref(conn)))
+        return conn
 
     def _take(self, idle: list[Conn], **extra: str) -> Conn:
         if self._pid != os.getpid():

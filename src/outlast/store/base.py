@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from outlast import config, machine
 from outlast.errors import CorruptJob, InvalidInput, JobNotFound, WorkerLockHeld
-from outlast.ids import check_id, new_id
+from outlast.ids import check_id, check_queue, new_id
 from outlast.machine import Change
 from outlast.model import (
     JSON,
@@ -121,8 +121,8 @@ class Store(abc.ABC):
             raise InvalidInput("command must be a non-empty list of strings")
         if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
             raise InvalidInput(f"max_attempts must be a whole number >= 1, not {max_attempts!r}")
-        if not isinstance(queue, str) or not queue:
-            raise InvalidInput("queue must be a non-empty string")
+        if queue != "@dedicated":  # the queue of spawned jobs, which pools never claim
+            check_queue(queue)
         if payload is not None and not isinstance(payload, dict):
             raise InvalidInput("payload must be a JSON object")
         now = utcnow()

@@ -108,6 +108,26 @@ class _Locks:
     held: set[int] = field(default_factory=set)
 
 
+class _Script:
+    """Statements sent in one round trip (pipeline mode): a transaction is two of them,
+    ``BEGIN`` and the reads, then the writes and ``COMMIT``."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, tuple[Any, ...]]] = []
+
+    def add(self, statement: str, *params: Any) -> _Script:
+        self.statements.append((statement, params))
+        return self
+
+    def run(self, conn: Conn) -> list[tuple[Any, ...]]:
+        """Run and clear the script; returns the rows of its last statement."""
+        with conn.pipeline():
+            cursors = [conn.execute(sql, params or None) for sql, params in self.statements]
+        self.statements = []
+        last = cursors[-1]
+        return last.fetchall() if last.description is not None else []
+
+
 class PostgresStore(Store):
     capabilities = Capabilities(pushes_notifications=True, spans_hosts=True, local_logs=False)
 
@@ -117,6 +137,11 @@ class PostgresStore(Store):
         s = f'"{self.schema}"'
         self._jobs, self._events_t, self._labels = f"{s}.jobs", f"{s}.events", f"{s}.labels"
         self._queue_channel = f"{self.schema}_queue"
+        self._insert_event = f"INSERT INTO {self._events_t} (job_id, seq, doc) VALUES (%s, %s, %s)"
+        self._update_job = (
+            f"UPDATE {self._jobs} SET status = %s, kind = %s, queue = %s, worker = %s,"
+            " run_after = %s, created_at = %s, doc = %s, seq = %s WHERE id = %s"
+        )
         self._db = _pg.Connections(conninfo, self._where)
         self._session = self._db.session
         self._tls = threading.local()
@@ -159,13 +184,16 @@ class PostgresStore(Store):
     def _channel(self, job_id: str) -> str:
         return f"{self.schema}_j{zlib.crc32(job_id.encode()) % SHARDS}"
 
-    def _notify(self, conn: Conn, pairs: Sequence[tuple[str, str]]) -> None:
-        """Queue ``pg_notify(channel, job_id)`` for each pair (delivered on commit)."""
+    @staticmethod
+    def _notify(script: _Script, pairs: Sequence[tuple[str, str]]) -> _Script:
+        """Add ``pg_notify(channel, job_id)`` for each pair (delivered on commit)."""
         if pairs:
-            conn.execute(
+            script.add(
                 "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS t(c, p)",
-                ([c for c, _ in pairs], [p for _, p in pairs]),
+                [c for c, _ in pairs],
+                [p for _, p in pairs],
             )
+        return script
 
     def _wake(self, job_id: str, claimable: bool) -> list[tuple[str, str]]:
         pairs = [(self._channel(job_id), job_id)]
@@ -186,24 +214,27 @@ class PostgresStore(Store):
         )
 
     def _insert(self, state: JobState) -> None:
-        with self._session(f"create {state.id}") as conn, conn.pipeline():
-            conn.execute("BEGIN")
-            conn.execute(
-                f"INSERT INTO {self._jobs} (status, kind, queue, worker, run_after, created_at,"
-                " doc, id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                (*self._columns(state), state.id),
-            )
-            if state.labels:
-                self._put_labels(conn, state)
-            self._notify(conn, self._wake(state.id, True))
-            conn.execute("COMMIT")
+        script = _Script().add("BEGIN")
+        script.add(
+            f"INSERT INTO {self._jobs} (status, kind, queue, worker, run_after, created_at,"
+            " doc, id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            *self._columns(state),
+            state.id,
+        )
+        self._put_labels(script, state)
+        self._notify(script, self._wake(state.id, True)).add("COMMIT")
+        with self._session(f"create {state.id}") as conn:
+            script.run(conn)
         self._tls.inserted = state.id  # see _pulse
 
-    def _put_labels(self, conn: Conn, state: JobState) -> None:
-        with conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {self._labels} (job_id, key, value) VALUES (%s, %s, %s)",
-                [(state.id, k, v) for k, v in state.labels.items()],
+    def _put_labels(self, script: _Script, state: JobState) -> None:
+        if state.labels:
+            script.add(
+                f"INSERT INTO {self._labels} (job_id, key, value)"
+                " SELECT %s, k, v FROM unnest(%s::text[], %s::text[]) AS t(k, v)",
+                state.id,
+                list(state.labels),
+                list(state.labels.values()),
             )
 
     def _read(self, job_id: str) -> JobState:
@@ -214,34 +245,38 @@ class PostgresStore(Store):
         return _local.decode(job_id, row[0])
 
     def _write(
-        self, conn: Conn, items: Sequence[tuple[JobState, JobState, int, Sequence[NewEvent]]]
+        self,
+        script: _Script,
+        items: Sequence[tuple[JobState, JobState, int, Sequence[NewEvent]]],
+        wakes: Sequence[tuple[str, str]],
     ) -> list[list[ProgressEvent]]:
-        """Queue the updates of ``(old, new, seq, new_events)`` items; returns their events."""
-        now, stored, rows = utcnow(), [], []
-        for _, new, seq, events in items:
-            mine = [
-                ProgressEvent(new.id, seq + i, now, e.step, e.status, e.message)
-                for i, e in enumerate(events, 1)
-            ]
-            stored.append(mine)
-            rows.append((*self._columns(new), seq + len(mine), new.id))
-        flat = [(e.job_id, e.seq, _local.encode_event(e)) for mine in stored for e in mine]
-        update = (
-            f"UPDATE {self._jobs} SET status = %s, kind = %s, queue = %s, worker = %s,"
-            " run_after = %s, created_at = %s, doc = %s, seq = %s WHERE id = %s"
-        )
-        insert = f"INSERT INTO {self._events_t} (job_id, seq, doc) VALUES (%s, %s, %s)"
-        with conn.cursor() as cur:
-            for query, params in ((insert, flat), (update, rows)):
-                if len(params) == 1:  # executemany costs more for one row
-                    cur.execute(query, params[0])
-                elif params:
-                    cur.executemany(query, params)
-        for old, new, _, _ in items:
-            if new.labels != old.labels:
-                conn.execute(f"DELETE FROM {self._labels} WHERE job_id = %s", (new.id,))
-                if new.labels:
-                    self._put_labels(conn, new)
+        """Add the writes of ``(old, new, seq, new_events)`` items and their notifications to
+        ``script``; returns each item's stored events. When no item changes a status, the
+        commit does not wait for the WAL flush (see "Durability" above)."""
+        now = utcnow()
+        stored: list[list[ProgressEvent]] = []
+        first: dict[str, JobState] = {}
+        last: dict[str, tuple[JobState, int]] = {}  # a job written twice: its last state
+        for old, new, seq, events in items:
+            stored.append(
+                [
+                    ProgressEvent(new.id, seq + i, now, e.step, e.status, e.message)
+                    for i, e in enumerate(events, 1)
+                ]
+            )
+            first.setdefault(new.id, old)
+            last[new.id] = (new, seq + len(events))
+        for event in (e for mine in stored for e in mine):
+            script.add(self._insert_event, event.job_id, event.seq, _local.encode_event(event))
+        for new, seq in last.values():
+            script.add(self._update_job, *self._columns(new), seq, new.id)
+        self._notify(script, wakes)
+        if all(old.status == new.status for old, new, _, _ in items):
+            script.add("SET LOCAL synchronous_commit = off")
+        for job_id, (new, _) in last.items():
+            if new.labels != first[job_id].labels:
+                script.add(f"DELETE FROM {self._labels} WHERE job_id = %s", job_id)
+                self._put_labels(script, new)
         return stored
 
     def _modify(self, job_id: str, fn: Transition) -> tuple[JobState, list[ProgressEvent]]:
@@ -265,13 +300,14 @@ class PostgresStore(Store):
         stored: list[list[ProgressEvent]] = []
         writes: list[tuple[JobState, JobState, int, Sequence[NewEvent]]] = []
         wakes: list[tuple[str, str]] = []
-        with self._session(what) as conn, conn.pipeline():
-            conn.execute("BEGIN")
-            rows = conn.execute(
-                f"SELECT id, doc, seq FROM {self._jobs} WHERE id = ANY(%s::text[])"
-                " ORDER BY id FOR UPDATE",
-                (ids,),
-            ).fetchall()
+        script = _Script().add("BEGIN")
+        script.add(
+            f"SELECT id, doc, seq FROM {self._jobs} WHERE id = ANY(%s::text[])"
+            " ORDER BY id FOR UPDATE",
+            ids,
+        )
+        with self._session(what) as conn:
+            rows = script.run(conn)
             found = {r[0]: (r[1], r[2]) for r in rows}
             current: dict[str, tuple[JobState, int]] = {}
             for job_id, fn in items:
@@ -296,11 +332,8 @@ class PostgresStore(Store):
                 current[job_id] = (change.state, seq + len(change.events))
                 wakes += self._wake(job_id, change.claimable)
             if writes:
-                stored = self._write(conn, writes)
-                self._notify(conn, sorted(set(wakes)))
-                if all(old.status == new.status for old, new, _, _ in writes):
-                    conn.execute("SET LOCAL synchronous_commit = off")
-            conn.execute("COMMIT")
+                stored = self._write(script, writes, sorted(set(wakes)))
+            script.add("COMMIT").run(conn)
         return [(state, [] if i is None else stored[i]) for state, i in results]
 
     def _select(
@@ -336,20 +369,19 @@ class PostgresStore(Store):
         return states
 
     def _remove(self, job_id: str, force: bool) -> None:
-        with self._session(f"delete {job_id}") as conn, conn.pipeline():
-            conn.execute("BEGIN")
-            row = conn.execute(
-                f"SELECT status FROM {self._jobs} WHERE id = %s FOR UPDATE", (job_id,)
-            ).fetchone()
-            if row is None:
+        script = _Script().add("BEGIN")
+        script.add(f"SELECT status FROM {self._jobs} WHERE id = %s FOR UPDATE", job_id)
+        with self._session(f"delete {job_id}") as conn:
+            rows = script.run(conn)
+            if not rows:
                 raise JobNotFound(f"no job {job_id}")
-            if not force and row[0] not in _TERMINAL:
-                raise JobActive(f"job {job_id} is {row[0]}; cancel it first or force the delete")
+            if not force and rows[0][0] not in _TERMINAL:
+                status = rows[0][0]
+                raise JobActive(f"job {job_id} is {status}; cancel it first or force the delete")
             for table, column in ((self._jobs, "id"), (self._events_t, "job_id")):
-                conn.execute(f"DELETE FROM {table} WHERE {column} = %s", (job_id,))
-            conn.execute(f"DELETE FROM {self._labels} WHERE job_id = %s", (job_id,))
-            self._notify(conn, self._wake(job_id, False))
-            conn.execute("COMMIT")
+                script.add(f"DELETE FROM {table} WHERE {column} = %s", job_id)
+            script.add(f"DELETE FROM {self._labels} WHERE job_id = %s", job_id)
+            self._notify(script, self._wake(job_id, False)).add("COMMIT").run(conn)
         for name in (f"{job_id}.log", f"{job_id}.log.1"):  # and its rotated part
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._log_dir() / name)
@@ -377,22 +409,24 @@ class PostgresStore(Store):
         seen: list[str] = []
         taken: dict[str, LockHandle] = {}
         claimed: list[tuple[JobState, Any]] = []
+        script = _Script().add("BEGIN")
         try:
-            with self._session("claim") as conn, conn.pipeline():
-                conn.execute("BEGIN")
+            with self._session("claim") as conn:
                 for _ in range(3):  # more rounds only when rows were skipped
                     want = limit - len(claimed)
-                    rows = conn.execute(query, (*args, seen, want)).fetchall()
+                    rows = script.add(query, *args, seen, want).run(conn)
                     seen += [r[0] for r in rows]
                     starts = self._startable(rows, worker, now)
                     taken.update(self._try_locks([s[0].id for s in starts]))
                     starts = [s for s in starts if s[0].id in taken]
-                    self._write(conn, [(s, c.state, seq, c.events) for s, seq, c in starts])
+                    if starts:
+                        wakes = [(self._channel(s.id), s.id) for s, _, _ in starts]
+                        items = [(s, c.state, q, c.events) for s, q, c in starts]
+                        self._write(script, items, wakes)
                     claimed += [(c.state, taken[s.id]) for s, _, c in starts]
                     if len(rows) < want or len(claimed) >= limit:
                         break
-                self._notify(conn, [(self._channel(s.id), s.id) for s, _ in claimed])
-                conn.execute("COMMIT")
+                script.add("COMMIT").run(conn)
         except BaseException:
             for job_id, handle in taken.items():
                 self._lock_release(job_id, handle)
@@ -431,7 +465,7 @@ class PostgresStore(Store):
             self._tls.inserted = None  # _insert already notified, in its own transaction
             return
         with self._session(f"notify {job_id}") as conn:
-            self._notify(conn, self._wake(job_id, claimable))
+            self._notify(_Script(), self._wake(job_id, claimable)).run(conn)
 
     # ------------------------------------------------------------------ worker locks
     def _lock_conn(self) -> Conn:
@@ -516,20 +550,18 @@ class PostgresStore(Store):
             locks = self._locks
             if handle.generation != locks.generation or locks.conn is None:
                 return False
-            if self._pid != os.getpid() or not _pg.socket_ok(locks.conn):
+            if self._pid != os.getpid():
+                return False
+            if not _pg.socket_ok(locks.conn):
+                locks.conn.close()  # so lock_fileno() stops being readable; locks are gone
                 return False
             return handle.key in locks.held
 
     def lock_fileno(self) -> int | None:
-        """The lock connection's socket, readable when the server or network drops it: a
-        worker may ``select()`` on it and then check :meth:`_lock_alive`. None if none."""
-        conn = self._locks.conn
-        if conn is None or conn.closed:
-            return None
-        try:
-            return conn.pgconn.socket
-        except psycopg.Error:
-            return None
+        """The lock connection's socket, readable when the server or the network drops it
+        (or says something): a worker may ``select()`` on it, then check :meth:`_lock_alive`
+        of its tasks, which consumes what was said. None while there is no lock connection."""
+        return _pg.socket_of(self._locks.conn)
 
     def _lock_held(self, job_id: str) -> bool:
         """True while any session holds the job's lock (``pg_locks``).

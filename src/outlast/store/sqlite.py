@@ -32,6 +32,7 @@ from outlast.store import _local
 from outlast.store.base import Capabilities, Store, Transition
 from outlast.store.notify import Listener
 
+SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 60.0  # seconds a writer waits for SQLite's write lock before giving up
 
 _SCHEMA = """
@@ -90,13 +91,14 @@ class SQLiteStore(Store):
             if not self.path.exists():
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
             conn = self._writer()
-            self._begin(conn)
-            try:
-                conn.executescript(_SCHEMA)  # commits
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                # statement by statement inside our own write transaction: executescript
+                # would commit it and run the rest without any wait for the write lock
+                with self._write("create the schema") as tx:
+                    if tx.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                tx.execute(statement)
 
     # ------------------------------------------------------------------ connections
     def _connect(self, busy_ms: int) -> sqlite3.Connection:

@@ -1,0 +1,231 @@
+"""The HTTP edge: ``create_app(store, token=None)`` builds the FastAPI application.
+
+Routes (DESIGN.md, "HTTP edge"): ``GET /healthz``; ``GET /jobs`` (newest first, filtered by
+``status`` and ``label=k=v``, paged by ``limit`` and the ``before`` cursor); ``POST /jobs``
+(registered job names only — never a command); ``GET /jobs/{id}``; ``POST /jobs/{id}/cancel``;
+``POST /jobs/{id}/resume``; ``DELETE /jobs/{id}``; ``GET /jobs/{id}/log`` (the log's tail);
+``GET /jobs/{id}/events`` and ``GET /events`` (Server-Sent Events, see :mod:`.sse`); ``GET /``,
+the dashboard. Every answer is JSON (errors: ``{"error", "detail"}``), except the log (text),
+the streams and the dashboard.
+
+The edge holds no business rules: each route parses its input, calls the store or the run
+layer, and renders the result. Store calls block, so the JSON routes are plain functions that
+FastAPI runs in its thread pool, and the streams are async and hop to threads for reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Query, Security
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.security import HTTPBearer
+from fastapi.staticfiles import StaticFiles
+
+from outlast import __version__
+from outlast.bus import Bus, StoreBus
+from outlast.errors import InvalidInput, JobNotFound
+from outlast.http import errors, sse
+from outlast.http.deps import ExistingJob, JobId
+from outlast.http.guard import Guard
+from outlast.http.schemas import CreateJob, ErrorBody, Health, JobDocument, JobPage, Resume
+from outlast.model import JobState, Status
+from outlast.run import api, reap
+from outlast.store import Store
+from outlast.store.base import parse_label
+
+STATIC = Path(__file__).with_name("static")
+#: Bytes of a log read at most for one tail.
+LOG_TAIL_BYTES = 1024 * 1024
+#: The dashboard's page may only load what the app itself serves.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorBody} for code in codes}
+
+
+def _json_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """Error answers of a route whose success is not JSON (a stream): still JSON."""
+    content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    return {code: {"description": "Error", "content": content} for code in codes}
+
+
+def _doc(state: JobState, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse(state.to_dict(), status_code=status, headers=headers)
+
+
+def create_app(
+    store: Store,
+    token: str | None = None,
+    *,
+    bus: Bus | None = None,
+    heartbeat: float = sse.HEARTBEAT,
+) -> FastAPI:
+    """The HTTP API and dashboard over ``store``.
+
+    With ``token``, every ``/jobs`` route and ``/events`` need ``Authorization: Bearer
+    <token>`` (the streams also take ``?token=``); ``/healthz``, ``/openapi.json`` and the
+    dashboard's files stay open, and the dashboard asks for the token. ``bus`` defaults to
+    :class:`~outlast.bus.StoreBus` over ``store``, whose streams reconcile a job whose worker
+    died. ``heartbeat``: seconds between keep-alive comments on a quiet stream. Mount the
+    result in your own app, or serve it with :func:`outlast.http.serve`.
+    """
+    app = FastAPI(
+        title="outlast",
+        version=__version__,
+        summary="Background jobs that outlast the process that started them.",
+        description="Jobs, their progress as Server-Sent Events, and a live dashboard at `/`.",
+        redoc_url=None,
+    )
+    errors.install(app)
+    app.add_middleware(Guard, token=token)
+    recheck = functools.partial(reap.reconcile, store)
+    bus = bus or StoreBus(store, recheck=recheck)
+    app.state.store, app.state.bus = store, bus
+    auth = [Security(HTTPBearer(auto_error=False))] if token else []
+    denied = (401,) if token else ()
+
+    @app.get("/healthz", response_model=Health, tags=["meta"], responses=_errors(503))
+    def healthz() -> Response:
+        """Liveness, and that the store answers."""
+        store.list(limit=1)
+        return JSONResponse({"status": "ok"})
+
+    app.include_router(_job_routes(store, denied), dependencies=auth)
+    app.include_router(
+        sse.router(store, bus, recheck, _json_errors(400, 404, 422, *denied), heartbeat),
+        dependencies=auth,
+    )
+
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> Response:
+        return FileResponse(STATIC / "index.html", headers={"Content-Security-Policy": CSP})
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
+    """The JSON routes under ``/jobs``; plain functions, run in FastAPI's thread pool."""
+    routes = APIRouter(tags=["jobs"])
+
+    @routes.get(
+        "/jobs",
+        response_model=JobPage,
+        responses=_errors(400, 422, *denied),
+    )
+    def list_jobs(
+        status: Status | None = None,
+        label: Annotated[
+            list[str] | None, Query(description="key=value; repeat to require several")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        before: Annotated[
+            str | None, Query(max_length=128, description="the `next` of the previous page")
+        ] = None,
+    ) -> Response:
+        """Jobs, newest first; ``next`` is the cursor of the following page, or null."""
+        labels: dict[str, str] = {}
+        for item in label or ():
+            labels.update(parse_label(item))
+        try:
+            states = store.list(status, labels or None, limit, before)
+        except JobNotFound:
+            raise InvalidInput(f"unknown cursor {before!r}: pass the `next` of a page") from None
+        states = [s if s.terminal else reap.reconcile(store, s) for s in states]
+        cursor = states[-1].id if len(states) == limit else None
+        return JSONResponse({"jobs": [s.to_dict() for s in states], "next": cursor})
+
+    @routes.post(
+        "/jobs",
+        status_code=201,
+        response_model=JobDocument,
+        responses=_errors(400, 413, 422, *denied),
+    )
+    def create_job(body: CreateJob) -> Response:
+        """Queue a job of a function registered with ``@outlast.job`` (400 for any other
+        name); a pool (``outlast worker``) runs it."""
+        task = api.create_job(
+            store, body.name, body.args, body.kwargs, queue=body.queue, labels=body.labels
+        )
+        return _doc(store.get(task.id), 201, {"Location": f"/jobs/{task.id}"})
+
+    @routes.get(
+        "/jobs/{job_id}",
+        response_model=JobDocument,
+        responses=_errors(400, 404, 422, *denied),
+    )
+    def get_job(state: ExistingJob) -> Response:
+        """The job document, reconciled first if the job's worker died."""
+        return _doc(state)
+
+    @routes.post(
+        "/jobs/{job_id}/cancel",
+        response_model=JobDocument,
+        responses=_errors(400, 404, 413, 422, *denied),
+    )
+    def cancel_job(job_id: JobId) -> Response:
+        """Cancel the job; a finished job keeps its outcome (the document says which)."""
+        return _doc(reap.cancel(store, job_id)[1])
+
+    @routes.post(
+        "/jobs/{job_id}/resume",
+        response_model=JobDocument,
+        responses=_errors(400, 404, 409, 413, 422, *denied),
+    )
+    def resume_job(job_id: JobId, body: Resume | None = None) -> Response:
+        """Answer a paused job's question and queue it again (409 unless it is paused)."""
+        return _doc(store.open(job_id).resume(body.answer if body else None))
+
+    @routes.delete(
+        "/jobs/{job_id}",
+        status_code=204,
+        response_class=Response,
+        responses=_errors(400, 404, 409, 422, *denied),
+    )
+    def delete_job(job_id: JobId, force: bool = False) -> Response:
+        """Delete the job, its events and its log; 409 for a live job unless ``force``."""
+        store.delete(job_id, force=force)
+        return Response(status_code=204)
+
+    @routes.get(
+        "/jobs/{job_id}/log",
+        response_class=PlainTextResponse,
+        responses=_json_errors(400, 404, 422, *denied),
+    )
+    def job_log(job_id: JobId, tail: Annotated[int, Query(ge=1, le=10000)] = 200) -> Response:
+        """The last ``tail`` lines of the job's output (404 when it has none)."""
+        store.get(job_id)
+        if not store.capabilities.local_logs:
+            raise JobNotFound(f"job {job_id} has no log here: this store keeps no local logs")
+        try:
+            text = _tail(store.log_path(job_id), tail)
+        except FileNotFoundError:
+            raise JobNotFound(f"job {job_id} has no log (yet)") from None
+        return PlainTextResponse(text)
+
+    return routes
+
+
+def _tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a text file, reading at most :data:`LOG_TAIL_BYTES`."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        start = end
+        data = b""
+        while start > 0 and data.count(b"\n") <= lines and end - start < LOG_TAIL_BYTES:
+            step = min(64 * 1024, start)
+            start -= step
+            f.seek(start)
+            data = f.read(step) + data
+    text = data.decode("utf-8", "replace")
+    if start > 0:  # the first line is probably cut
+        text = text.partition("\n")[2]
+    return "\n".join(text.splitlines()[-lines:]) + ("\n" if text.endswith("\n") else "")

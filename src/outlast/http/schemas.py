@@ -1,0 +1,98 @@
+"""The shapes at the HTTP edge: request bodies (strict: unknown fields are refused) and the
+documents the routes answer with, for ``/openapi.json``. The documents are DESIGN.md's job
+document and event, exactly as ``to_dict()`` writes them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JobStatus = Literal["pending", "running", "paused", "succeeded", "failed", "canceled"]
+EventStatusName = Literal["started", "progress", "completed", "skipped", "paused", "failed"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateJob(Strict):
+    """Queue a job of a function registered with ``@outlast.job`` in the server's process."""
+
+    name: str = Field(min_length=1, max_length=200, description="a registered job name")
+    args: list[Any] = Field(default_factory=list, description="positional JSON arguments")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword JSON arguments")
+    queue: str | None = Field(default=None, min_length=1, max_length=200)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Resume(Strict):
+    """The answer to a paused job's question."""
+
+    answer: Any = None
+
+
+class ErrorInfoDoc(BaseModel):
+    code: str
+    message: str
+    hint: str | None
+    type: str | None
+
+
+class JobDocument(BaseModel):
+    """A job: the document of DESIGN.md ("The job document"); times are ISO 8601 UTC."""
+
+    id: str
+    kind: Literal["command", "function", "pipeline"]
+    name: str
+    command: list[str] | None
+    labels: dict[str, str]
+    queue: str
+    status: JobStatus
+    phase: str | None
+    step: str | None
+    progress: float | None
+    payload: dict[str, Any]
+    result: Any
+    error: ErrorInfoDoc | None
+    attempts: int
+    max_attempts: int
+    run_after: str | None
+    question: Any
+    answer: Any
+    pid: int | None
+    pid_started_at: str | None
+    worker: str | None
+    created_at: str
+    started_at: str | None
+    updated_at: str
+    finished_at: str | None
+
+
+class EventDocument(BaseModel):
+    """One progress event: the ``data:`` of a Server-Sent Event."""
+
+    job_id: str
+    seq: int = Field(ge=1)
+    at: str
+    step: str
+    status: EventStatusName
+    message: Any
+
+
+class JobPage(BaseModel):
+    """One page of jobs, newest first; pass ``next`` as ``before`` for the following page."""
+
+    jobs: list[JobDocument]
+    next: str | None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx and 5xx answer: a short ``error`` and a ``detail`` that says what is wrong."""
+
+    error: str
+    detail: Any
+
+
+class Health(BaseModel):
+    status: Literal["ok"]

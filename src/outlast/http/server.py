@@ -1,0 +1,89 @@
+"""``serve``: run the HTTP edge with uvicorn, refusing to expose it without a token."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from collections.abc import Sequence
+
+from outlast import config
+from outlast.errors import InvalidInput
+
+log = logging.getLogger("outlast.http")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address ``host`` names is a loopback one (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos
+    )
+
+
+def check_exposure(host: str, token: str | None) -> None:
+    """Raise :class:`InvalidInput` for a non-loopback ``host`` without a token."""
+    if not isinstance(host, str) or not host:
+        raise InvalidInput("host must be a non-empty string")
+    if not token and not is_loopback(host):
+        raise InvalidInput(
+            f"refusing to serve on {host} without a token: anyone who can reach it could read "
+            "and cancel jobs. Pass --token (or set $OUTLAST_TOKEN), or bind 127.0.0.1"
+        )
+
+
+def serve(
+    store_url: str | None,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    token: str | None = None,
+    *,
+    imports: Sequence[str] = (),
+) -> None:
+    """Serve the API and dashboard until interrupted (SIGINT/SIGTERM end it cleanly).
+
+    ``store_url`` None means ``$OUTLAST_STORE`` or the default store; ``token`` None means
+    ``$OUTLAST_TOKEN``. A non-loopback ``host`` without a token raises
+    :class:`~outlast.errors.InvalidInput` before anything is opened. ``imports`` are modules
+    that register the job functions ``POST /jobs`` may queue.
+    """
+    token = token or config.token()
+    check_exposure(host, token)
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise InvalidInput(f"port must be a number from 0 to 65535, not {port!r}")
+    import uvicorn
+
+    from outlast.http.app import create_app
+    from outlast.run.registry import import_modules
+    from outlast.store import open_store
+
+    import_modules(list(imports))
+    store = open_store(store_url)
+    try:
+        app = create_app(store, token=token)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                log_level="info",
+                proxy_headers=False,
+                server_header=False,
+                timeout_graceful_shutdown=3,
+            )
+        )
+        server.run()
+    finally:
+        store.close()

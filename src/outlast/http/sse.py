@@ -1,0 +1,220 @@
+"""Server-Sent Events: a job's events, and the changes of the job list.
+
+``GET /jobs/{id}/events`` — one SSE event per progress event: ``id:`` is its ``seq``, ``event:``
+its status, ``data:`` the event JSON. It replays from the start, or after ``?after=N`` or the
+``Last-Event-ID`` header (the larger wins: a browser reconnects with the header and the URL's
+``after`` unchanged), and ends after the job's terminal event. An unknown job is a 404 before
+the stream starts.
+
+``GET /events`` — the dashboard's live list: ``event: ready`` once the stream is armed (fetch
+the list then, and miss nothing), then ``event: job`` with the job document each time one of
+the newest jobs changes.
+
+Both send a ``: ping`` comment while quiet (every 15 s by default), and take the token as
+``?token=`` as well as in the header, since EventSource cannot set headers. When the client goes
+away, its subscription's listener and tasks are released at once.
+
+The wire format is FastAPI's own (``fastapi.sse``: ``EventSourceResponse``,
+``format_sse_event``, ``KEEPALIVE_COMMENT``), but the routes return the response with the
+stream rather than being generators: FastAPI's generator path runs two extra tasks and two
+memory streams per client and a cancel scope per message, which capped one server at a couple
+of thousand messages a second; here a subscription writes straight to its connection, and an
+event is encoded once for all the clients that receive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query
+from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, format_sse_event
+from starlette.responses import StreamingResponse
+
+from outlast.bus import Bus, alisten
+from outlast.errors import InvalidInput, OutlastError
+from outlast.http.deps import ExistingJob
+from outlast.model import JobState, ProgressEvent
+from outlast.store import Store
+
+log = logging.getLogger("outlast.http")
+
+#: Seconds between keep-alive comments on a quiet stream.
+HEARTBEAT = 15.0
+#: Jobs the live list watches: the newest this many.
+LIST_WINDOW = 200
+#: Seconds a burst of changes is gathered before the list is read again.
+LIST_COALESCE = 0.1
+#: Seconds between re-checks of the listed jobs' workers while nothing changes.
+LIST_RECHECK = 5.0
+#: Encoded events kept for the other clients of the same job.
+ENCODED_CACHE = 4096
+
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class _Documented(StreamingResponse):
+    """For the OpenAPI document only: FastAPI runs any route declared with
+    ``response_class=EventSourceResponse`` as a generator, so the routes declare this and
+    return an ``EventSourceResponse`` themselves."""
+
+    media_type = "text/event-stream"
+
+
+STREAM_DOC: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "a text/event-stream; see the route's description",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+TokenQuery = Annotated[
+    str | None,
+    Query(
+        description="the bearer token, for EventSource clients, which cannot set headers; "
+        "only the streaming routes accept it here"
+    ),
+]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+class _Encoded:
+    """The SSE bytes of recent events, so a hundred clients of a job cost one encoding."""
+
+    def __init__(self, size: int = ENCODED_CACHE) -> None:
+        self._size = size
+        self._cache: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+
+    def __call__(self, event: ProgressEvent) -> bytes:
+        key = (event.job_id, event.seq)
+        data = self._cache.get(key)
+        if data is None:
+            data = format_sse_event(
+                data_str=_dumps(event.to_dict()), event=str(event.status), id=str(event.seq)
+            )
+            self._cache[key] = data
+            if len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        return data
+
+
+def replay_after(
+    after: Annotated[
+        int | None,
+        Query(ge=0, le=2**62, description="send only the events with seq greater than this"),
+    ] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(alias="Last-Event-ID", description="the last seq received, on reconnect"),
+    ] = None,
+) -> int:
+    """Where a stream starts: after the larger of ``?after`` and ``Last-Event-ID``."""
+    start = after or 0
+    if last_event_id is not None and last_event_id.strip():
+        value = last_event_id.strip()
+        if not (value.isascii() and value.isdigit() and len(value) <= 18):
+            raise InvalidInput(f"Last-Event-ID must be an event seq (a number), not {value!r}")
+        start = max(start, int(value))
+    return start
+
+
+def router(
+    store: Store,
+    bus: Bus,
+    recheck: Callable[[JobState], JobState],
+    responses: dict[int | str, dict[str, Any]],
+    heartbeat: float = HEARTBEAT,
+) -> APIRouter:
+    """The streaming routes over ``store`` and ``bus``."""
+    routes = APIRouter(tags=["events"])
+    encode = _Encoded()
+
+    @routes.get(
+        "/jobs/{job_id}/events",
+        response_class=_Documented,
+        response_model=None,
+        responses={**STREAM_DOC, **responses},
+        summary="Stream a job's events (Server-Sent Events)",
+    )
+    async def job_events(
+        state: ExistingJob,
+        start: Annotated[int, Depends(replay_after)],
+        token: TokenQuery = None,
+    ) -> EventSourceResponse:
+        """The job's events after ``start``, then live; the stream ends after the job's
+        terminal event. Each is ``id: <seq>``, ``event: <status>``, ``data: <event JSON>``."""
+        return EventSourceResponse(
+            _job_stream(bus, encode, state.id, start, heartbeat), headers=HEADERS
+        )
+
+    @routes.get(
+        "/events",
+        response_class=_Documented,
+        response_model=None,
+        responses={**STREAM_DOC, **responses},
+        summary="Stream changes of the newest jobs (Server-Sent Events)",
+    )
+    async def job_changes(token: TokenQuery = None) -> EventSourceResponse:
+        """``event: ready`` once armed, then ``event: job`` (the job document) per change."""
+        return EventSourceResponse(_changes(store, recheck, heartbeat), headers=HEADERS)
+
+    return routes
+
+
+async def _job_stream(
+    bus: Bus, encode: Callable[[ProgressEvent], bytes], job_id: str, start: int, heartbeat: float
+) -> AsyncIterator[bytes]:
+    try:
+        async with contextlib.aclosing(bus.astream(job_id, start, heartbeat)) as batches:
+            async for batch in batches:
+                yield b"".join(map(encode, batch)) if batch else KEEPALIVE_COMMENT
+    except OutlastError as exc:  # the store failed mid-stream: end it, say why in the log
+        log.warning("stream of job %s ended early: %s", job_id, exc)
+
+
+async def _changes(
+    store: Store, recheck: Callable[[JobState], JobState], heartbeat: float
+) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    try:
+        watch = await alisten(store, None)
+    except OutlastError as exc:
+        log.warning("job list stream failed: %s", exc)
+        return
+    try:
+        listed = await loop.run_in_executor(None, _newest, store, None)
+        seen = {s.id: s.updated_at for s in listed}
+        yield format_sse_event(event="ready", data_str=_dumps({"window": LIST_WINDOW}), retry=2000)
+        quiet_since = loop.time()
+        while True:
+            woken = await watch.wait(min(LIST_RECHECK, heartbeat))
+            if woken:
+                await asyncio.sleep(LIST_COALESCE)
+            elif loop.time() - quiet_since >= heartbeat:
+                quiet_since = loop.time()
+                yield KEEPALIVE_COMMENT
+            states = await loop.run_in_executor(None, _newest, store, None if woken else recheck)
+            for state in reversed(states):  # oldest first, so the newest lands on top
+                if seen.get(state.id) != state.updated_at:
+                    quiet_since = loop.time()
+                    yield format_sse_event(event="job", data_str=_dumps(state.to_dict()))
+            seen = {s.id: s.updated_at for s in states}
+    except OutlastError as exc:
+        log.warning("job list stream ended early: %s", exc)
+    finally:
+        watch.close()
+
+
+def _newest(store: Store, recheck: Callable[[JobState], JobState] | None) -> list[JobState]:
+    states = store.list(limit=LIST_WINDOW)
+    if recheck is not None:
+        states = [s if s.terminal else recheck(s) for s in states]
+    return states

@@ -1,0 +1,581 @@
+// outlast dashboard: plain JS, no build step. The job list is live over /events; a job's page
+// follows /jobs/{id}/events. Every URL is relative, so the app works mounted under a prefix.
+"use strict";
+
+const STATUSES = ["pending", "running", "paused", "succeeded", "failed", "canceled"];
+const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
+const PAGE = 50;
+const TOKEN_KEY = "outlast.token";
+
+const $ = (id) => document.getElementById(id);
+const S = {
+  token: sessionStorage.getItem(TOKEN_KEY),
+  jobs: new Map(), // id -> job document, for the rows in view
+  next: null,
+  status: null,
+  label: "",
+  listStream: null,
+  current: null, // the job page's job id
+  job: null, // and its document
+  jobStream: null,
+  events: [],
+  lastSeq: 0,
+  logTimer: null,
+  tokenWaiters: [],
+};
+
+// ------------------------------------------------------------------ helpers
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") el.className = value;
+    else if (key === "text") el.textContent = value;
+    else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else el.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+function ago(iso) {
+  if (!iso) return "—";
+  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (s < 5) return "just now";
+  if (s < 60) return `${Math.floor(s)}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+function span(seconds) {
+  if (seconds < 1) return `${Math.round(seconds * 1000)}ms`;
+  if (seconds < 60) return `${seconds.toFixed(seconds < 10 ? 1 : 0)}s`;
+  const m = Math.floor(seconds / 60);
+  if (m < 60) return `${m}m ${Math.floor(seconds % 60)}s`;
+  return `${Math.floor(m / 60)}h ${m % 60}m`;
+}
+
+function duration(job) {
+  if (!job.started_at) return "—";
+  const end = job.finished_at ? Date.parse(job.finished_at) : TERMINAL.has(job.status) ? Date.parse(job.updated_at) : Date.now();
+  return span(Math.max(0, (end - Date.parse(job.started_at)) / 1000));
+}
+
+function clock(iso) {
+  const d = new Date(iso);
+  return d.toLocaleTimeString([], { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
+}
+
+function when(iso) {
+  return iso ? `${new Date(iso).toLocaleString()} (${ago(iso)})` : "—";
+}
+
+function text(value) {
+  if (value === null || value === undefined) return "";
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+function toast(message, bad) {
+  const el = $("toast");
+  el.textContent = message;
+  el.className = "toast" + (bad ? " bad" : "");
+  el.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => (el.hidden = true), 3500);
+}
+
+function setLive(state, label) {
+  $("live").dataset.state = state;
+  $("live-text").textContent = label;
+}
+
+// ------------------------------------------------------------------ API and token
+function askToken() {
+  return new Promise((resolve) => {
+    S.tokenWaiters.push(resolve);
+    const dialog = $("token-dialog");
+    if (!dialog.open) {
+      $("token-input").value = "";
+      dialog.showModal();
+      $("token-input").focus();
+    }
+  });
+}
+
+$("token-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const value = $("token-input").value.trim();
+  if (!value) return;
+  S.token = value;
+  sessionStorage.setItem(TOKEN_KEY, value);
+  $("token-dialog").close();
+  const waiters = S.tokenWaiters.splice(0);
+  waiters.forEach((resolve) => resolve());
+  restartStreams();
+});
+
+async function api(path, options = {}) {
+  for (;;) {
+    const headers = { ...(options.headers || {}) };
+    if (S.token) headers.Authorization = `Bearer ${S.token}`;
+    if (options.body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(path, {
+      method: options.method || "GET",
+      headers,
+      body: options.body === undefined ? undefined : JSON.stringify(options.body),
+    });
+    if (response.status === 401) {
+      await askToken();
+      continue;
+    }
+    if (!response.ok) {
+      let detail = response.statusText;
+      try {
+        const body = await response.json();
+        detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
+      } catch (_) { /* not JSON */ }
+      const error = new Error(detail);
+      error.status = response.status;
+      throw error;
+    }
+    if (response.status === 204) return null;
+    const type = response.headers.get("content-type") || "";
+    return type.includes("json") ? response.json() : response.text();
+  }
+}
+
+function streamUrl(path) {
+  if (!S.token) return path;
+  return path + (path.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(S.token);
+}
+
+// ------------------------------------------------------------------ the job list
+// A progress element for the job; updating an existing one keeps its width transition.
+function setBar(el, job, big) {
+  const known = job.progress !== null && job.progress !== undefined;
+  const running = job.status === "running";
+  const pct = job.status === "succeeded" ? 100 : known ? job.progress : 0;
+  const cls = ["progress", big ? "big" : "", job.status, running && !known ? "indeterminate" : ""];
+  el.className = cls.filter(Boolean).join(" ");
+  el.firstChild.style.width = `${Math.max(0, Math.min(100, pct))}%`;
+  el.setAttribute("role", "progressbar");
+  el.setAttribute("aria-valuenow", String(Math.round(pct)));
+  return el;
+}
+
+function progressBar(job, big, previous) {
+  const el = h("div", {}, h("div", { class: "bar" }));
+  if (previous) {
+    // start from the old width, then move: the bar slides instead of jumping
+    el.firstChild.style.width = previous.firstChild.style.width;
+    el.className = previous.className;
+    requestAnimationFrame(() => requestAnimationFrame(() => setBar(el, job, big)));
+    return el;
+  }
+  return setBar(el, job, big);
+}
+
+function pctText(job) {
+  if (job.progress === null || job.progress === undefined) return job.status === "succeeded" ? "100%" : "—";
+  return `${Math.round(job.progress)}%`;
+}
+
+function row(job, previous) {
+  const labels = Object.entries(job.labels || {}).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`));
+  const tr = h(
+    "tr",
+    { "data-id": job.id, "data-status": job.status, class: job.status },
+    h("td", {}, h("span", { class: `pill ${job.status}` }, job.status)),
+    h(
+      "td",
+      {},
+      h("div", { class: "job-name" }, job.name),
+      h("div", { class: "sub" }, job.kind === "command" && job.command ? job.command.join(" ") : job.kind),
+      labels.length ? h("div", { class: "labels" }, labels) : null,
+    ),
+    h("td", {}, h("div", { class: "progress-cell" }, progressBar(job, false, previous), h("span", { class: "pct" }, pctText(job)))),
+    h("td", { class: "step" }, job.step ? `${job.step}` : h("span", { class: "muted" }, "—"),
+      job.phase && job.step ? h("div", { class: "sub" }, job.phase) : null),
+    h("td", { class: "time", "data-ago": job.created_at }, ago(job.created_at)),
+    h("td", { class: "time", "data-duration": "1" }, duration(job)),
+    h("td", { class: "id", title: job.id }, job.id.slice(-10)),
+  );
+  tr.addEventListener("click", () => (location.hash = `#/jobs/${encodeURIComponent(job.id)}`));
+  return tr;
+}
+
+function matches(job) {
+  if (S.status && job.status !== S.status) return false;
+  if (S.label) {
+    const [k, ...rest] = S.label.split("=");
+    if ((job.labels || {})[k] !== rest.join("=")) return false;
+  }
+  return true;
+}
+
+function renderSummary() {
+  const counts = {};
+  for (const job of S.jobs.values()) counts[job.status] = (counts[job.status] || 0) + 1;
+  const parts = STATUSES.filter((s) => counts[s]).map((s) => `${counts[s]} ${s}`);
+  $("summary").textContent = S.jobs.size ? `${S.jobs.size} shown · ${parts.join(" · ")}` : "";
+  $("empty").hidden = S.jobs.size > 0;
+}
+
+function upsert(job, flash) {
+  const body = $("jobs");
+  const old = body.querySelector(`tr[data-id="${CSS.escape(job.id)}"]`);
+  if (!matches(job)) {
+    if (old) old.remove();
+    S.jobs.delete(job.id);
+    renderSummary();
+    return;
+  }
+  S.jobs.set(job.id, job);
+  const fresh = row(job, old && old.querySelector(".progress"));
+  if (flash && (!old || old.dataset.status !== job.status)) fresh.classList.add("flash");
+  if (old) old.replaceWith(fresh);
+  else {
+    // newest first: ids sort by creation time
+    const after = [...body.children].find((tr) => tr.dataset.id < job.id);
+    body.insertBefore(fresh, after || null);
+  }
+  renderSummary();
+}
+
+async function loadList(append) {
+  const params = new URLSearchParams({ limit: PAGE });
+  if (S.status) params.set("status", S.status);
+  if (S.label) params.set("label", S.label);
+  if (append && S.next) params.set("before", S.next);
+  let page;
+  try {
+    page = await api(`jobs?${params}`);
+  } catch (e) {
+    toast(`Could not list jobs: ${e.message}`, true);
+    return;
+  }
+  if (!append) {
+    S.jobs.clear();
+    $("jobs").replaceChildren();
+  }
+  page.jobs.forEach((job) => upsert(job, false));
+  S.next = page.next;
+  $("more").hidden = !page.next;
+  renderSummary();
+}
+
+function renderFilters() {
+  const chips = [null, ...STATUSES].map((status) =>
+    h(
+      "button",
+      {
+        class: "chip",
+        "aria-pressed": String(S.status === status),
+        onclick: () => {
+          S.status = status;
+          renderFilters();
+          loadList(false);
+        },
+      },
+      status ? h("span", { class: `swatch ${status}` }) : null,
+      status || "all",
+    ),
+  );
+  $("filters").replaceChildren(...chips);
+}
+
+function startListStream() {
+  if (S.listStream) S.listStream.close();
+  const es = new EventSource(streamUrl("events"));
+  S.listStream = es;
+  es.addEventListener("ready", () => {
+    setLive("live", "live");
+    loadList(false);
+  });
+  es.addEventListener("job", (e) => {
+    const job = JSON.parse(e.data);
+    upsert(job, true);
+    if (job.id === S.current) renderJob(job);
+  });
+  es.onerror = () => setLive("down", "reconnecting");
+}
+
+// ------------------------------------------------------------------ one job
+function renderJob(job) {
+  S.job = job;
+  $("job-name").textContent = job.name;
+  const pill = $("job-status");
+  pill.className = `pill ${job.status}`;
+  pill.textContent = job.status;
+  $("job-sub").replaceChildren(
+    h("span", { class: "mono" }, job.id),
+    ` · ${job.kind} · queue ${job.queue} · created ${ago(job.created_at)}`,
+  );
+  setBar($("job-progress"), job, true);
+  $("job-progress-text").replaceChildren(
+    h("span", {}, job.step ? `${job.step} · ${job.phase || ""}` : job.status === "pending" ? "waiting for a worker" : ""),
+    h("span", { class: "pct-big" }, pctText(job)),
+  );
+  $("cancel").hidden = TERMINAL.has(job.status);
+  $("delete").hidden = !TERMINAL.has(job.status);
+
+  const meta = [
+    ["status", job.status],
+    ["attempts", `${job.attempts} of ${job.max_attempts}`],
+    ["step", job.step ? `${job.step} (${job.phase})` : "—"],
+    ["created", when(job.created_at)],
+    ["started", when(job.started_at)],
+    ["finished", when(job.finished_at)],
+    ["duration", duration(job)],
+  ];
+  if (job.run_after) meta.push(["retry after", when(job.run_after)]);
+  if (job.worker) meta.push(["worker", job.worker]);
+  if (job.pid) meta.push(["pid", String(job.pid)]);
+  if (job.command) meta.push(["command", h("code", {}, job.command.join(" "))]);
+  if (job.payload && (job.payload.args || job.payload.kwargs)) {
+    meta.push(["arguments", h("code", {}, text({ args: job.payload.args, kwargs: job.payload.kwargs }))]);
+  }
+  const labels = Object.entries(job.labels || {});
+  if (labels.length) meta.push(["labels", h("div", { class: "labels" }, labels.map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)))]);
+  $("job-meta").replaceChildren(...meta.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+
+  const paused = job.status === "paused";
+  $("question-card").hidden = !paused;
+  if (paused) $("question").textContent = JSON.stringify(job.question, null, 2);
+
+  const card = $("outcome-card");
+  if (job.status === "succeeded") {
+    card.hidden = false;
+    $("outcome-title").textContent = "Result";
+    $("outcome").replaceChildren(h("pre", { class: "json" }, JSON.stringify(job.result, null, 2)));
+  } else if (job.error) {
+    card.hidden = false;
+    $("outcome-title").textContent = job.status === "canceled" ? "Canceled" : TERMINAL.has(job.status) ? "Error" : "Last error";
+    $("outcome").replaceChildren(
+      h(
+        "div",
+        { class: `error-box ${job.status}` },
+        h("div", { class: "error-code" }, [job.error.code, job.error.type].filter(Boolean).join(" · ")),
+        h("div", { class: "error-msg" }, job.error.message),
+        job.error.hint ? h("div", { class: "muted" }, job.error.hint) : null,
+      ),
+    );
+  } else {
+    card.hidden = true;
+  }
+}
+
+function eventItem(ev) {
+  return h(
+    "li",
+    { class: `ev-${ev.status}`, "data-seq": String(ev.seq) },
+    h("span", { class: "tdot" }),
+    h("span", { class: "ev-time seq" }, clock(ev.at)),
+    h("span", { class: "seq" }, `#${ev.seq}`),
+    h("span", { class: "ev-step", title: `${ev.step} · ${ev.status}` }, `${ev.step} · ${ev.status}`),
+    h("span", { class: "ev-msg" }, text(ev.message)),
+  );
+}
+
+let refreshTimer = null;
+function refreshJobSoon() {
+  if (refreshTimer) return;
+  refreshTimer = setTimeout(async () => {
+    refreshTimer = null;
+    if (!S.current) return;
+    try {
+      renderJob(await api(`jobs/${encodeURIComponent(S.current)}`));
+    } catch (_) { /* the next event retries */ }
+  }, 150);
+}
+
+function startJobStream(id) {
+  stopJobStream();
+  const es = new EventSource(streamUrl(`jobs/${encodeURIComponent(id)}/events`));
+  S.jobStream = es;
+  es.onmessage = null;
+  const onEvent = (e) => {
+    const ev = JSON.parse(e.data);
+    if (ev.seq <= S.lastSeq) return; // a replay after reconnect: already shown
+    S.lastSeq = ev.seq;
+    const list = $("events");
+    const stick = list.scrollTop + list.clientHeight >= list.scrollHeight - 8;
+    list.append(eventItem(ev));
+    if (stick) list.scrollTop = list.scrollHeight;
+    $("event-count").textContent = `· ${S.lastSeq}`;
+    refreshJobSoon();
+  };
+  ["started", "progress", "completed", "skipped", "paused", "failed"].forEach((name) => es.addEventListener(name, onEvent));
+  // The server ends the stream after the job's terminal event, and EventSource would
+  // reconnect (with Last-Event-ID, so nothing repeats): stop once the job is finished.
+  es.onerror = () => {
+    if (S.job && S.job.id === id && TERMINAL.has(S.job.status)) stopJobStream();
+    else refreshJobSoon();
+  };
+}
+
+function stopJobStream() {
+  if (S.jobStream) S.jobStream.close();
+  S.jobStream = null;
+}
+
+async function loadLog() {
+  const id = S.current;
+  if (!id) return;
+  try {
+    const text = await api(`jobs/${encodeURIComponent(id)}/log?tail=300`);
+    if (id !== S.current) return;
+    const pre = $("log");
+    const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
+    pre.textContent = text || "(empty)";
+    if (stick) pre.scrollTop = pre.scrollHeight;
+    $("log-note").textContent = "· last 300 lines";
+  } catch (e) {
+    if (id !== S.current) return;
+    $("log").textContent = e.status === 404 ? "No log for this job." : `Could not read the log: ${e.message}`;
+    $("log-note").textContent = "";
+  }
+}
+
+async function openJob(id) {
+  S.current = id;
+  S.lastSeq = 0;
+  $("events").replaceChildren();
+  $("event-count").textContent = "";
+  $("log").textContent = "";
+  $("list-view").hidden = true;
+  $("job-view").hidden = false;
+  let job;
+  try {
+    job = await api(`jobs/${encodeURIComponent(id)}`);
+  } catch (e) {
+    $("job-name").textContent = e.status === 404 ? "No such job" : "Could not load the job";
+    $("job-sub").textContent = e.message;
+    return;
+  }
+  if (S.current !== id) return;
+  renderJob(job);
+  startJobStream(id);
+  loadLog();
+  clearInterval(S.logTimer);
+  S.logTimer = setInterval(() => {
+    if (S.job && S.job.id === S.current && !TERMINAL.has(S.job.status)) loadLog();
+    else loadLogOnceMore();
+  }, 2000);
+}
+
+// After the job finished: one last read of its log, then stop polling.
+function loadLogOnceMore() {
+  clearInterval(S.logTimer);
+  loadLog();
+}
+
+function closeJob() {
+  S.current = null;
+  S.job = null;
+  stopJobStream();
+  clearInterval(S.logTimer);
+  $("job-view").hidden = true;
+  $("list-view").hidden = false;
+}
+
+async function act(label, fn) {
+  try {
+    const job = await fn();
+    if (job) {
+      renderJob(job);
+      upsert(job, true);
+    }
+    toast(label);
+  } catch (e) {
+    toast(e.message, true);
+  }
+}
+
+$("cancel").addEventListener("click", () => {
+  const id = S.current;
+  act("Job canceled", () => api(`jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" }));
+});
+
+$("delete").addEventListener("click", async () => {
+  const id = S.current;
+  try {
+    await api(`jobs/${encodeURIComponent(id)}`, { method: "DELETE" });
+    S.jobs.delete(id);
+    $("jobs").querySelector(`tr[data-id="${CSS.escape(id)}"]`)?.remove();
+    toast("Job deleted");
+    location.hash = "#/";
+  } catch (e) {
+    toast(e.message, true);
+  }
+});
+
+$("resume-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const raw = $("answer").value.trim();
+  let answer = raw;
+  try {
+    answer = raw === "" ? null : JSON.parse(raw);
+  } catch (_) { /* plain text is a string answer */ }
+  const id = S.current;
+  act("Job resumed", () => api(`jobs/${encodeURIComponent(id)}/resume`, { method: "POST", body: { answer } }));
+});
+
+// ------------------------------------------------------------------ routing and start
+function route() {
+  const m = location.hash.match(/^#\/jobs\/(.+)$/);
+  if (m) openJob(decodeURIComponent(m[1]));
+  else {
+    closeJob();
+    renderSummary();
+  }
+}
+
+function restartStreams() {
+  startListStream();
+  if (S.current) startJobStream(S.current);
+}
+
+let labelTimer = null;
+$("label-filter").addEventListener("input", (e) => {
+  clearTimeout(labelTimer);
+  labelTimer = setTimeout(() => {
+    const value = e.target.value.trim();
+    S.label = value.includes("=") ? value : "";
+    loadList(false);
+  }, 300);
+});
+$("more").addEventListener("click", () => loadList(true));
+
+// Ticking times: ages in the list, durations of running jobs.
+setInterval(() => {
+  document.querySelectorAll("#jobs tr").forEach((tr) => {
+    const job = S.jobs.get(tr.dataset.id);
+    if (!job) return;
+    tr.querySelector("[data-ago]").textContent = ago(job.created_at);
+    if (job.status === "running") tr.querySelector("[data-duration]").textContent = duration(job);
+  });
+  if (S.job && S.job.status === "running") {
+    const dd = [...document.querySelectorAll("#job-meta dt")].find((dt) => dt.textContent === "duration");
+    if (dd) dd.nextSibling.textContent = duration(S.job);
+  }
+}, 1000);
+
+(function start() {
+  const params = new URLSearchParams(location.search);
+  if (params.has("token")) {
+    S.token = params.get("token");
+    sessionStorage.setItem(TOKEN_KEY, S.token);
+    params.delete("token");
+    const query = params.toString();
+    history.replaceState(null, "", location.pathname + (query ? `?${query}` : "") + location.hash);
+  }
+  renderFilters();
+  window.addEventListener("hashchange", route);
+  loadList(false).then(() => startListStream());
+  route();
+})();

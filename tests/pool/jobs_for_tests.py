@@ -1,0 +1,146 @@
+"""Job functions for the pool tests, imported by workers as ``tests.pool.jobs_for_tests``.
+
+Workers find this module because the tests put the repository root on ``PYTHONPATH`` (see
+``conftest.py``); the stored job records the module, so a job process imports it on demand too.
+
+Jobs that write files take the path as an argument and append one line per write with
+``O_APPEND`` (a single ``write`` call per line, so lines from concurrent processes never mix).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from typing import Any
+
+import outlast
+
+MODULE = __name__
+
+
+def append(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@outlast.job(name="pt.record")
+def record(path: str, sleep: float = 0.0) -> str:
+    """Append this job's id to ``path`` (one line per call) and return it."""
+    if sleep:
+        time.sleep(sleep)
+    job_id = outlast.current().job_id
+    append(path, job_id)
+    return job_id
+
+
+@outlast.job(name="pt.timed", attempts=10)
+def timed(path: str, sleep: float) -> None:
+    """Append ``S id attempt pid start`` when it starts and ``E id attempt pid end`` when done."""
+    ctx = outlast.current()
+    append(path, f"S {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f}")
+    time.sleep(sleep)
+    append(path, f"E {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f}")
+
+
+def _flaky(path: str, failures: int) -> int:
+    """Fail with RuntimeError the first ``failures`` calls (counted in ``path``), then succeed."""
+    append(path, "call")
+    with open(path) as f:
+        calls = sum(1 for _ in f)
+    if calls <= failures:
+        raise RuntimeError(f"flaky failure #{calls}")
+    return calls
+
+
+@outlast.job(name="pt.flaky3", attempts=3)
+def flaky3(path: str, failures: int) -> int:
+    return _flaky(path, failures)
+
+
+@outlast.job(name="pt.flaky2", attempts=2)
+def flaky2(path: str, failures: int) -> int:
+    return _flaky(path, failures)
+
+
+@outlast.job(name="pt.fail_fast", attempts=3)
+def fail_fast(path: str) -> None:
+    """Fail at once with ``outlast.Fail``: no retry, whatever the attempts left."""
+    append(path, "call")
+    raise outlast.Fail("no point retrying")
+
+
+@outlast.job(name="pt.ask", attempts=1)
+def ask(question: str, path: str | None = None) -> Any:
+    """Pause with ``question`` until a person answers; then return the answer."""
+    ctx = outlast.current()
+    if path:
+        append(path, f"run {ctx.attempt}")
+    if ctx.answer is None:
+        raise outlast.Pause(question)
+    return {"answer": ctx.answer}
+
+
+@outlast.job(name="pt.mark_start")
+def mark_start(path: str) -> None:
+    """Append ``id start-time`` to ``path`` as soon as the job starts."""
+    append(path, f"{outlast.current().job_id} {time.time():.6f}")
+
+
+@outlast.job(name="pt.cooperative", attempts=1)
+def cooperative(path: str, limit: float = 60.0) -> str:
+    """Loop until canceled, checking ``current().check_cancel()``; notes start and stop."""
+    append(path, "started")
+    deadline = time.monotonic() + limit
+    try:
+        while time.monotonic() < deadline:
+            outlast.current().check_cancel()
+            time.sleep(0.02)
+    except outlast.Canceled:
+        append(path, "stopped")
+        raise
+    return "not canceled"
+
+
+@outlast.job(name="pt.stubborn", attempts=1)
+def stubborn(path: str, sleep: float = 120.0) -> str:
+    """Ignore cancel: write our pid, then sleep."""
+    append(path, str(os.getpid()))
+    time.sleep(sleep)
+    append(path, "woke up")
+    return "slept"
+
+
+@outlast.job(name="pt.poison", attempts=3)
+def poison(path: str) -> None:
+    """Die at once, every time, without a word to the pool."""
+    append(path, str(os.getpid()))
+    os._exit(1)
+
+
+@outlast.job(name="pt.segfault", attempts=1)
+def segfault(path: str) -> None:
+    append(path, str(os.getpid()))
+    ctypes.string_at(0)
+
+
+@outlast.job(name="pt.slow", timeout=0.5, attempts=1)
+def slow(path: str, sleep: float = 5.0) -> str:
+    append(path, "started")
+    time.sleep(sleep)
+    append(path, "finished")
+    return "too late"
+
+
+@outlast.job(name="pt.noop")
+def noop(value: Any = None) -> Any:
+    return value
+
+
+@outlast.job(name="pt.sleep")
+def sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds

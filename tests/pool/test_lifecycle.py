@@ -1,0 +1,146 @@
+"""The pool's life: SIGTERM under load, requeue after the grace period, reconciling the jobs of
+dead workers, and waking up at once when work arrives."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+from outlast.model import EventStatus, Status
+from tests.pool.conftest import Harness, alive, read_lines, until
+
+CLAIMER = """
+import sys, time
+from outlast.store import open_store
+store = open_store(sys.argv[1])
+(task,) = store.claim(limit=1)
+print(task.id, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_under_load_loses_nothing(pool: Harness) -> None:
+    out = pool.tmp / "ids.txt"
+    ids = [pool.submit("pt.record", str(out), 0.05) for _ in range(200)]
+    worker = pool.worker("-c", "2", "--grace", "1")
+    until(lambda: len(read_lines(out)) >= 30, 60, "30 jobs to be done")
+
+    worker.popen.send_signal(signal.SIGTERM)
+
+    assert worker.wait(20) == 0, pool.describe()
+    assert "job(s) processed" in worker.stderr()
+    states = pool.all()
+    counts = Counter(s.status for s in states)
+    assert set(counts) == {Status.SUCCEEDED, Status.PENDING}, counts
+    for state in states:
+        if state.status == Status.PENDING:  # never run, or given back without the attempt
+            # attempts only goes up (it fences the old worker); a released attempt is given
+            # back by raising max_attempts, so none of the allowance was used
+            assert state.max_attempts - state.attempts == 3 and state.worker is None, state
+        else:
+            assert state.attempts == 1, state
+    done = {s.id for s in states if s.status == Status.SUCCEEDED}
+    assert sorted(read_lines(out)) == sorted(done), "a job ran without its outcome recorded"
+
+    drain = pool.worker("-c", "2", "--burst")
+    assert drain.wait(60) == 0, pool.describe()
+
+    states = pool.all()
+    assert Counter(s.status for s in states) == {Status.SUCCEEDED: 200}
+    # a released attempt still counts in `attempts` (the fencing token) but not against the limit
+    assert {s.attempts - (s.max_attempts - 3) for s in states} == {1}
+    lines = read_lines(out)
+    assert len(lines) == 200 and set(lines) == set(ids)
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_past_the_grace_period_requeues_running_jobs_uncounted(pool: Harness) -> None:
+    out = pool.tmp / "attempts.txt"
+    jobs = [pool.submit("pt.timed", str(out), 60) for _ in range(3)]
+    worker = pool.worker("-c", "2", "--grace", "0.5")
+    until(lambda: len(read_lines(out)) == 2, 60, "two jobs to start")
+    children = worker.children()
+    assert len(children) == 2
+
+    start = time.monotonic()
+    worker.popen.send_signal(signal.SIGTERM)
+
+    assert worker.wait(20) == 0, pool.describe()
+    assert time.monotonic() - start < 15
+    assert not any(alive(pid) for pid in children)
+    running = {line.split()[1] for line in read_lines(out)}
+    for job in jobs:
+        state = pool.get(job)
+        assert state.status == Status.PENDING, state
+        assert state.attempts == 1 and state.max_attempts == 11, state  # given back
+        assert state.worker is None, state
+        released = [e for e in pool.store.events(job) if (e.message or {}) == {"released": True}]
+        assert len(released) == 1, pool.store.events(job)
+    assert len(running) == 2
+    assert all(line.startswith("S ") for line in read_lines(out))  # none finished
+
+
+@pytest.mark.timeout(90)
+def test_the_pool_reconciles_a_job_whose_claimer_died(pool: Harness) -> None:
+    out = pool.tmp / "ids.txt"
+    job = pool.submit("pt.record", str(out))
+    claimer = pool.background(CLAIMER, pool.url)
+    assert claimer.stdout is not None
+    assert claimer.stdout.readline().strip() == job
+    claimed = pool.get(job)
+    assert claimed.status == Status.RUNNING
+    assert claimed.worker is not None and claimed.worker.endswith(f":{claimer.pid}")
+    pool.worker()
+    pool.ready()
+    assert pool.get(job).status == Status.RUNNING  # the live claimer keeps its job
+
+    os.kill(claimer.pid, signal.SIGKILL)
+    claimer.wait()
+    dead = time.monotonic()
+
+    def abandoned() -> bool:
+        return any(
+            e.status == EventStatus.FAILED and e.message["error"]["code"] == "abandoned"
+            for e in pool.store.events(job)
+        )
+
+    until(abandoned, 10, "the pool to reconcile the job")
+    elapsed = time.monotonic() - dead
+    assert elapsed < 3.0, f"reconciled {elapsed:.1f}s after its worker died"
+    state = pool.wait_for(job, timeout=30)
+    assert state.status == Status.SUCCEEDED, state
+    assert state.attempts == 2
+    assert read_lines(out) == [job]
+
+
+@pytest.mark.timeout(90)
+def test_an_idle_worker_is_woken_by_a_new_job(pool: Harness) -> None:
+    """Submit → start takes milliseconds, not a poll interval.
+
+    Polling alone would take up to a second (the pool wakes at least once a second to
+    reconcile; its backoff is longer by then): each sample waits out a random idle period, so
+    a pool that only polled would miss the 0.25 s mark three times in four.
+    """
+    marks = pool.tmp / "starts.txt"
+    pool.worker(env={"WORKER_POLL_MIN": "0.05", "WORKER_POLL_MAX": "2"})
+    pool.ready()
+    rng = random.Random()
+    latencies = []
+    for _ in range(5):
+        time.sleep(1.2 + rng.random())  # idle: the poll backoff climbs past a second
+        submitted = time.time()
+        job = pool.submit("pt.mark_start", str(marks))
+        line = until(
+            lambda job=job: [x for x in read_lines(marks) if x.startswith(job)], 10, "the job"
+        )[0]
+        latencies.append(float(line.split()[1]) - submitted)
+        pool.wait_for(job)
+
+    assert max(latencies) < 1.5, latencies
+    assert sum(1 for x in latencies if x < 0.25) >= 4, latencies
