@@ -576,17 +576,26 @@ def resume(job_id: str, answer: str | None, as_json: bool, store_url: str | None
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
 @click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE first: its registered jobs can be submitted with POST /jobs.",
+)
+@click.option(
     "--token",
     envvar="OUTLAST_TOKEN",
     help="Bearer token required on /jobs routes "
     "($OUTLAST_TOKEN); needed to bind a non-loopback address.",
 )
 @store_option
-def serve(host: str, port: int, token: str | None, store_url: str | None) -> None:
+def serve(
+    host: str, port: int, imports: tuple[str, ...], token: str | None, store_url: str | None
+) -> None:
     """Serve the HTTP API, Server-Sent Events and the dashboard."""
     from outlast.http.server import serve as serve_http
 
-    serve_http(store_url, host, port, token)
+    serve_http(store_url, host, port, token, imports=imports)
 
 
 def run_cli(argv: list[str]) -> None:

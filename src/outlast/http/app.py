@@ -182,7 +182,7 @@ def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
     )
     def resume_job(job_id: JobId, body: Resume | None = None) -> Response:
         """Answer a paused job's question and queue it again (409 unless it is paused)."""
-        return _doc(store.open(job_id).resume(body.answer if body else None))
+        return _doc(reap.resume(store, job_id, body.answer if body else None))
 
     @routes.delete(
         "/jobs/{job_id}",

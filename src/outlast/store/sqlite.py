@@ -20,6 +20,7 @@ import random
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -117,6 +118,8 @@ class SQLiteStore(Store):
             self._local.writer = None
             conn = self._local.conn = self._connect(60000)
             self._local.pid = os.getpid()
+            # a server's worker threads come and go: close their connections with them
+            weakref.finalize(threading.current_thread(), conn.close)
         return conn
 
     def _writer(self) -> sqlite3.Connection:
@@ -125,6 +128,7 @@ class SQLiteStore(Store):
         conn: sqlite3.Connection | None = getattr(self._local, "writer", None)
         if conn is None:
             conn = self._local.writer = self._connect(0)
+            weakref.finalize(threading.current_thread(), conn.close)
         return conn
 
     @staticmethod

@@ -1,0 +1,174 @@
+"""The dashboard in a real browser: headless Chromium (Debian's package) driven by Playwright.
+
+It loads the dashboard of a token-protected server with ``?token=``, sees a running job's
+progress advance live, opens the job, presses cancel and sees ``canceled``, then answers a
+paused job's question. It saves the
+screenshots the README shows: ``docs/dashboard.png`` (the list) and ``docs/dashboard-job.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from outlast.store import Store, open_store
+from tests.http.conftest import TOKEN
+from tests.http.harness import ROOT, Server, finish, start_worker
+
+CHROMIUM = Path("/usr/bin/chromium")
+DOCS = ROOT / "docs"
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
+)
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=["--no-sandbox", "--disable-background-networking", "--disable-gpu"],
+        )
+        try:
+            context = browser.new_context(viewport={"width": 1360, "height": 860})
+            yield context.new_page()
+        finally:
+            browser.close()
+
+
+def _scenery(store: Store) -> str:
+    """Jobs in every state, so the screenshot shows what the dashboard looks like in use."""
+    done = store.create(kind="function", name="reports.monthly", labels={"team": "finance"})
+    done.start()
+    for step, pct in (("query", 30), ("render", 80), ("upload", 100)):
+        done.report(step, "completed", {"rows": 1280}, progress=pct)
+    done.succeed({"url": "s3://reports/2026-11.pdf", "pages": 14})
+    failed = store.create(kind="function", name="ingest.partner_feed", labels={"team": "data"})
+    failed.start()
+    failed.report("download", "progress", None, progress=35)
+    failed.fail(ConnectionError("partner API answered 503 three times"), retry=False)
+    asks = store.create(kind="function", name="deploy.production", labels={"env": "prod"})
+    asks.start()
+    asks.report("plan", "completed", {"changes": 3}, progress=50)
+    asks.pause({"question": "Apply 3 changes to prod?"})
+    store.create(kind="command", command=["pg_dump", "-Fc", "shop"], labels={"team": "ops"})
+    store.create(kind="function", name="emails.digest", labels={"team": "growth"})
+    return asks.id
+
+
+@pytest.fixture
+def shown(tmp_path: Path) -> Iterator[tuple[Server, Store, str]]:
+    """A server of its own over a fresh store: the screenshots show only this test's jobs."""
+    os.chmod(tmp_path, 0o700)
+    url = f"sqlite://{tmp_path}/dashboard.db"
+    store = open_store(url)
+    server = Server(url, tmp_path, token=TOKEN)
+    try:
+        yield server, store, url
+    finally:
+        server.close()
+        store.close()
+
+
+def test_the_dashboard_follows_a_job_live_and_cancels_it(
+    page: Any, shown: tuple[Server, Store, str]
+) -> None:
+    secured, http_store, http_store_url = shown
+    paused = _scenery(http_store)
+    job = http_store.create(kind="function", name="video.transcode", labels={"team": "media"})
+    worker = start_worker(
+        http_store_url, job.id, "--events", "400", "--interval", "0.05", "--step", "encode"
+    )
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("console", lambda msg: _console(msg, problems))
+    page.on("response", lambda response: _response(response, problems))
+    try:
+        page.goto(f"{secured.url}/?token={TOKEN}")
+        row = page.locator(f'tr[data-id="{job.id}"]')
+        row.wait_for()
+        assert "token=" not in page.url  # taken into sessionStorage, out of the address bar
+        # Live: the percentage in the row climbs without a reload.
+        first = _percent(row.locator(".pct").inner_text(), default=0)
+        page.wait_for_function(
+            """([id, first]) => {
+                const pct = document.querySelector(`tr[data-id="${id}"] .pct`);
+                return pct && parseFloat(pct.textContent) >= Math.max(first + 5, 20);
+            }""",
+            arg=[job.id, first],
+            timeout=20000,
+        )
+        assert page.locator("#live").get_attribute("data-state") == "live"
+        DOCS.mkdir(exist_ok=True)
+        page.screenshot(path=str(DOCS / "dashboard.png"))
+
+        row.click()
+        page.locator("#job-status").filter(has_text="running").wait_for()
+        page.wait_for_function("() => document.querySelectorAll('#events li').length >= 5")
+        before = _percent(page.locator("#job-progress-text .pct-big").inner_text(), default=0)
+        page.wait_for_function(
+            """(before) => parseFloat(
+                document.querySelector('#job-progress-text .pct-big').textContent) > before""",
+            arg=before,
+            timeout=20000,
+        )
+        page.get_by_role("button", name="Cancel job").click()
+        page.locator("#job-status").filter(has_text="canceled").wait_for(timeout=10000)
+        assert page.locator("#outcome-title").text_content() == "Canceled"
+        page.locator("#toast").evaluate("toast => { toast.hidden = true; }")
+        page.screenshot(path=str(DOCS / "dashboard-job.png"))
+        assert http_store.get(job.id).status == "canceled"
+
+        # Back to the list, open the job that asks a question, answer it.
+        page.get_by_role("link", name="All jobs").click()
+        page.locator(f'tr[data-id="{paused}"]').click()
+        page.locator("#question").filter(has_text="Apply 3 changes").wait_for()
+        page.locator("#answer").fill('{"approve": true}')
+        page.get_by_role("button", name="Resume job").click()
+        page.locator("#job-status").filter(has_text="pending").wait_for(timeout=10000)
+        assert http_store.get(paused).answer == {"approve": True}
+    finally:
+        finish(worker, timeout=30)  # it stops by itself once the job is canceled
+    assert not problems, problems
+
+
+def _console(message: Any, problems: list[str]) -> None:
+    # A failed request is logged by the browser too; _response judges those.
+    if message.type == "error" and not message.text.startswith("Failed to load resource"):
+        problems.append(f"console: {message.text}")
+
+
+def _response(response: Any, problems: list[str]) -> None:
+    # The only expected miss: the log of a job that has none (its worker writes no file).
+    if response.status >= 400 and not (response.status == 404 and "/log?" in response.url):
+        problems.append(f"{response.status} {response.url}")
+
+
+def _percent(text: str, default: float) -> float:
+    match = re.search(r"[\d.]+", text)
+    return float(match.group()) if match else default
+
+
+def test_the_dashboard_asks_for_the_token_it_lacks(
+    page: Any, shown: tuple[Server, Store, str]
+) -> None:
+    secured, store, _ = shown
+    job = store.create(kind="function", name="needs.token")
+    page.goto(f"{secured.url}/")
+    dialog = page.locator("#token-dialog")
+    dialog.wait_for()
+    assert dialog.get_attribute("open") is not None
+    page.locator("#token-input").fill(TOKEN)
+    page.get_by_role("button", name="Continue").click()
+    page.locator(f'tr[data-id="{job.id}"]').wait_for()
+    page.locator("#live[data-state='live']").wait_for()
+    assert page.evaluate("() => sessionStorage.getItem('outlast.token')") == TOKEN

@@ -1,0 +1,243 @@
+"""Server-Sent Events across real processes: a worker publishes, a separate server streams.
+
+This is the seed's known limitation turned into a test: its in-memory bus could not carry
+events from a worker process to the API process; ours goes through the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from outlast.store import Store, open_store
+from tests.http.harness import (
+    Message,
+    Server,
+    aparse,
+    check_sequence,
+    finish,
+    parse,
+    start_worker,
+)
+
+
+def _job(store: Store) -> str:
+    return store.create(kind="function", name="streamed").id
+
+
+def test_worker_and_server_are_separate_processes(store_url: str, tmp_path: Path) -> None:
+    """Every event a worker process publishes reaches an SSE client of a server process, in
+    order, ending with the terminal one — on every local store adapter."""
+    store = open_store(store_url)
+    job_id = _job(store)
+    server = Server(store_url, tmp_path)
+    try:
+        with (
+            server.client() as client,
+            client.stream("GET", f"/jobs/{job_id}/events") as response,
+        ):
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            assert response.headers["cache-control"] == "no-cache"
+            worker = start_worker(store_url, job_id, "--events", "50")
+            messages = list(parse(response.iter_lines()))  # ends when the server ends it
+        finish(worker)
+    finally:
+        server.close()
+        store.close()
+    assert len({os.getpid(), server.pid, worker.pid}) == 3
+    events = check_sequence(messages)
+    assert len(events) == 52  # started, 50 reports, completed
+    assert (events[0]["step"], events[0]["status"]) == ("job", "started")
+    assert [e["message"] for e in events[1:-1]] == [{"i": i} for i in range(50)]
+    assert (events[-1]["step"], events[-1]["status"]) == ("job", "completed")
+    assert all(e["job_id"] == job_id for e in events)
+
+
+def test_a_hundred_clients_of_one_job_all_get_every_event(
+    server: Server, http_store: Store, http_store_url: str
+) -> None:
+    job_id = _job(http_store)
+    clients = 100
+
+    async def run() -> list[list[Message]]:
+        limits = httpx.Limits(max_connections=clients + 10)
+        async with server.aclient(limits=limits) as client:
+            connected = asyncio.Barrier(clients + 1)
+
+            async def follow() -> list[Message]:
+                async with client.stream("GET", f"/jobs/{job_id}/events") as response:
+                    assert response.status_code == 200
+                    await connected.wait()
+                    return [m async for m in aparse(response.aiter_lines())]
+
+            tasks = [asyncio.create_task(follow()) for _ in range(clients)]
+            await connected.wait()  # every client is connected before the worker starts
+            worker = start_worker(http_store_url, job_id, "--events", "30", "--interval", "0.01")
+            results = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+            await asyncio.to_thread(finish, worker)
+            return results
+
+    results = asyncio.run(run())
+    expected = [e.to_dict() for e in http_store.events(job_id)]
+    assert len(expected) == 32
+    for messages in results:
+        assert check_sequence(messages) == expected
+
+
+def test_reconnect_with_last_event_id_gives_no_duplicate_and_no_gap(
+    server: Server, http_store: Store, http_store_url: str
+) -> None:
+    job_id = _job(http_store)
+    worker = start_worker(http_store_url, job_id, "--events", "60", "--interval", "0.01")
+    seen: list[Message] = []
+    with server.client() as client:
+        # First connection: leave after ten events, mid-job.
+        with client.stream("GET", f"/jobs/{job_id}/events") as response:
+            for message in parse(response.iter_lines()):
+                seen.append(message)
+                if len(seen) == 10:
+                    break
+        # Reconnect as a browser does: the URL's ?after unchanged, Last-Event-ID newer.
+        headers = {"Last-Event-ID": seen[-1].id or ""}
+        with client.stream("GET", f"/jobs/{job_id}/events?after=3", headers=headers) as response:
+            seen.extend(parse(response.iter_lines()))
+    finish(worker)
+    events = check_sequence(seen)
+    assert len(events) == 62
+    assert events[-1]["status"] == "completed"
+
+
+def test_replay_of_a_finished_job_and_after(
+    server: Server, http_store: Store, http_store_url: str
+) -> None:
+    job_id = _job(http_store)
+    finish(start_worker(http_store_url, job_id, "--events", "5"))
+    with server.client() as client:
+        with client.stream("GET", f"/jobs/{job_id}/events") as response:
+            assert len(check_sequence(list(parse(response.iter_lines())))) == 7
+        with client.stream("GET", f"/jobs/{job_id}/events?after=4") as response:
+            assert len(check_sequence(list(parse(response.iter_lines())), first=5)) == 3
+        with client.stream("GET", f"/jobs/{job_id}/events?after=7") as response:
+            assert list(parse(response.iter_lines())) == []
+
+
+def test_stream_errors_are_json(server: Server, http_store: Store) -> None:
+    job_id = _job(http_store)
+    with server.client() as client:
+        response = client.get("/jobs/no-such-job/events")
+        assert response.status_code == 404
+        assert response.json()["error"] == "not found"
+        response = client.get(f"/jobs/{job_id}/events", headers={"Last-Event-ID": "x1"})
+        assert response.status_code == 400
+        assert "Last-Event-ID" in response.json()["detail"]
+        response = client.get(f"/jobs/{job_id}/events?after=-1")
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"] == ["query", "after"]
+        response = client.get("/jobs/bad..id!/events")
+        assert response.status_code == 400
+
+
+def test_a_quiet_stream_sends_heartbeats(server: Server, http_store: Store) -> None:
+    """The server under test pings every 0.5 s instead of 15 s (FastAPI's keep-alive)."""
+    job_id = _job(http_store)
+    started = time.monotonic()
+    with server.client() as client, client.stream("GET", f"/jobs/{job_id}/events") as response:
+        for line in response.iter_lines():
+            if line.startswith(":"):
+                assert line == ": ping"
+                break
+    assert time.monotonic() - started < 5
+
+
+def test_the_stream_of_a_job_whose_worker_died_ends_with_its_true_state(
+    server: Server, http_store: Store, http_store_url: str
+) -> None:
+    job_id = _job(http_store)
+    with server.client() as client, client.stream("GET", f"/jobs/{job_id}/events") as response:
+        worker = start_worker(http_store_url, job_id, "--events", "3", "--die")
+        messages = list(parse(response.iter_lines()))
+    assert finish(worker) == 3
+    events = check_sequence(messages)
+    assert [e["status"] for e in events] == [
+        "started",
+        "progress",
+        "progress",
+        "progress",
+        "failed",
+    ]
+    assert events[-1]["message"]["error"]["code"] == "abandoned"
+    assert http_store.get(job_id).status == "failed"
+
+
+def test_the_job_list_stream_reports_changes(server: Server, http_store: Store) -> None:
+    with server.client() as client, client.stream("GET", "/events") as response:
+        lines = response.iter_lines()
+        messages = parse(lines)
+        ready = next(messages)
+        assert ready.event == "ready"
+        job_id = _job(http_store)
+        seen: list[dict[str, object]] = []
+        for message in messages:
+            if message.event == "job" and message.json["id"] == job_id:
+                seen.append(message.json)
+                if len(seen) == 1:
+                    assert client.post(f"/jobs/{job_id}/cancel").status_code == 200
+                else:
+                    break
+    assert [doc["status"] for doc in seen] == ["pending", "canceled"]
+
+
+@pytest.mark.timeout(120)
+def test_clients_that_go_away_leave_no_task_and_no_descriptor_behind(
+    server: Server, http_store: Store
+) -> None:
+    """500 connect/disconnect cycles on a live job's stream (and on the list stream) leave the
+    server's asyncio task count and open file descriptors where they started.
+
+    Descriptors of the database files are left out of the count: the SQLite store keeps a
+    connection per thread that read it, and the thread pools start and end threads on their
+    own timers (an idle pool thread exits after 10 s), so those follow the pools, not the
+    clients."""
+    task = http_store.create(kind="function", name="leak-check")
+    task.hold_worker_lock()  # this process plays the live worker
+    task.start()
+    for i in range(3):
+        task.report("work", "progress", {"i": i})
+
+    async def cycles(count: int, concurrency: int = 8) -> None:
+        async with server.aclient() as client:
+            gate = asyncio.Semaphore(concurrency)
+
+            async def once(n: int) -> None:
+                path = "/events" if n % 10 == 9 else f"/jobs/{task.id}/events"
+                async with gate, client.stream("GET", path) as response:
+                    async for message in aparse(response.aiter_lines()):
+                        assert message.event in ("started", "ready")
+                        break  # hang up mid-stream
+
+            await asyncio.gather(*(once(n) for n in range(count)))
+
+    def counts() -> tuple[int, int]:
+        total, store_files = server.fds()
+        return total - store_files, server.tasks()
+
+    try:
+        asyncio.run(cycles(60))  # warm up: thread pools and their connections
+        time.sleep(0.5)
+        before = counts()
+        asyncio.run(cycles(500))
+        deadline = time.monotonic() + 10
+        after = counts()
+        while after != before and time.monotonic() < deadline:
+            time.sleep(0.2)
+            after = counts()
+    finally:
+        task.cancel()
+        task.release_worker_lock()
+    assert after == before, f"(descriptors, tasks) before {before}, after {after}"
