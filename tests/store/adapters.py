@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.pg.support import make_url as pg_url
+from tests.pg.support import write_raw as pg_write_raw
+
 
 @dataclass(frozen=True)
 class Adapter:
@@ -88,5 +91,10 @@ FILES = Adapter(
 )
 
 
-#: Every adapter the conformance suite runs against.
-ADAPTERS: list[Adapter] = [SQLITE, FILES]
+#: Every adapter the conformance suite runs against (PostgreSQL: a fresh schema per test,
+#: skipped when no server answers at 127.0.0.1:5432).
+ADAPTERS: list[Adapter] = [
+    SQLITE,
+    FILES,
+    Adapter("postgresql", pg_url, write_raw=pg_write_raw),
+]

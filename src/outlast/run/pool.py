@@ -210,6 +210,17 @@ class Pool:
                     os.kill(slot.process.pid, signal.SIGUSR1)
                 slot.kill_at = time.monotonic() + min(self.grace, CANCEL_GRACE_MAX)
 
+    def _check_locks(self) -> None:
+        """Stop the jobs whose worker lock the store took away (a killed PostgreSQL lock
+        connection): another worker may run them now, and their outcomes would be refused."""
+        for slot in self.slots:
+            task = slot.task
+            if task is not None and slot.kill_at is None and not task.lock_alive():
+                log.warning("lost the worker lock of job %s: stopping it", task.id)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(slot.process.pid, signal.SIGUSR1)
+                slot.kill_at = time.monotonic() + min(self.grace, CANCEL_GRACE_MAX)
+
     def _reconcile(self) -> None:
         from outlast.run.reap import reconcile
 
@@ -297,7 +308,13 @@ class Pool:
                     fds += [s.process.sentinel for s in self.slots if s.process.sentinel >= 0]
                     if listener.fileno() is not None:
                         fds.append(listener.fileno())  # type: ignore[arg-type]
+                    lock_fd = self.store.lock_fileno()
+                    if lock_fd is not None:
+                        fds.append(lock_fd)
                     ready, _, _ = select.select(fds, [], [], self._timeout(backoff))
+                    if lock_fd is not None and (lock_fd in ready or not ready):
+                        self.store.check_locks()
+                        self._check_locks()
                     if listener.fileno() in ready:
                         listener.drain()
                         backoff = self.poll_min

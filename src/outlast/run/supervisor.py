@@ -116,7 +116,12 @@ class Run:
             if not self._still_ours():
                 self.stop()
             while self.pidfd is not None or self.pipe is not None:
-                fds = [fd for fd in (self.pipe, self.pidfd, listener.fileno()) if fd is not None]
+                lock_fd = self.store.lock_fileno()
+                fds = [
+                    fd
+                    for fd in (self.pipe, self.pidfd, listener.fileno(), lock_fd)
+                    if fd is not None
+                ]
                 timeout = (
                     None if self.kill_at is None else max(0.0, self.kill_at - time.monotonic())
                 )
@@ -133,6 +138,10 @@ class Run:
                     listener.drain()
                     if not self.stopped and not self._still_ours():
                         self.stop()
+                if lock_fd is not None and lock_fd in ready:
+                    self.store.check_locks()
+                    if not self.task.lock_alive():
+                        self.stop()  # the lock was taken away: someone may run the job now
                 if not ready and self.pidfd is None and self.kill_at is None:
                     self.stop()  # leftovers of a finished command: the job is over
                 if self.kill_at is not None and time.monotonic() >= self.kill_at:

@@ -284,7 +284,8 @@ class Store(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} keeps no local logs")
 
     def close(self) -> None:  # noqa: B027 - adapters without resources need not override
-        """Release the store's connections and descriptors (not the worker locks)."""
+        """Release the store's connections and descriptors. Local worker locks stay held until
+        the process exits; PostgreSQL's live on a connection, so closing releases them."""
 
     def __enter__(self) -> Store:
         return self
@@ -367,6 +368,20 @@ class Store(abc.ABC):
 
     def _worker_alive(self, worker: str | None) -> bool:
         return False
+
+    def _lock_alive(self, job_id: str, handle: Any) -> bool:
+        """Whether this process still holds the lock behind ``handle`` (a database can take
+        it away: a killed connection); local locks live as long as the process."""
+        return True
+
+    def check_locks(self) -> None:  # noqa: B027 - only stores whose locks can be lost act
+        """Take note of a lost lock connection after :meth:`lock_fileno` became readable."""
+
+    def lock_fileno(self) -> int | None:
+        """An fd that becomes readable when this process may have lost worker locks (the
+        PostgreSQL lock connection), for a worker's ``select``; None when locks cannot be
+        lost. After it is readable, check ``Task.lock_alive()`` of each task."""
+        return None
 
     def _live(self) -> None:
         """Make this process a live worker of the store (once), first failing over the jobs of
@@ -488,6 +503,11 @@ class Task:
             self.store._lock_release(self.id, lock)
             raise WorkerLockHeld(f"job {self.id} is being run by live worker {state.worker}")
         self._lock = lock
+
+    def lock_alive(self) -> bool:
+        """False once this task's worker lock was taken away (PostgreSQL: the lock
+        connection died); the worker must then stop the job, whose writes are refused."""
+        return self._lock is None or self.store._lock_alive(self.id, self._lock)
 
     def release_worker_lock(self) -> None:
         """Drop the worker lock: for pools, after the job's outcome is written, and for tests

@@ -557,6 +557,14 @@ class PostgresStore(Store):
                 return False
             return handle.key in locks.held
 
+    def check_locks(self) -> None:
+        """Read what the lock connection was sent; close it if the server or the network
+        dropped it (its locks are gone), so :meth:`lock_fileno` stops being readable."""
+        with self._lock_mutex:
+            conn = self._locks.conn
+            if conn is not None and not _pg.socket_ok(conn):
+                conn.close()
+
     def lock_fileno(self) -> int | None:
         """The lock connection's socket, readable when the server or the network drops it
         (or says something): a worker may ``select()`` on it, then check :meth:`_lock_alive`
@@ -605,4 +613,7 @@ class PostgresStore(Store):
 
     def log_path(self, job_id: str) -> Path:
         """The job's log on this machine (logs are per machine: the worker's host has it)."""
-        return _local.make_private_dir(self._log_dir()) / f"{job_id}.log"
+        folder = self._log_dir()
+        for level in (folder.parent.parent, folder.parent, folder):  # all private, not just logs
+            _local.make_private_dir(level)
+        return folder / f"{job_id}.log"

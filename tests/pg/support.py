@@ -1,0 +1,81 @@
+"""PostgreSQL for the tests: a fresh schema per store, dropped afterwards.
+
+The server is ``$OUTLAST_TEST_POSTGRESQL`` (default ``postgresql://postgres@127.0.0.1:5432/test``).
+When it cannot be reached (or psycopg is not installed), :func:`make_url` returns None and the
+PostgreSQL tests are skipped. Importing this module does not import psycopg.
+Every schema made here is dropped by :func:`drop_schema` (per test) or, at the latest, when the
+test process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+BASE_URL = os.environ.get("OUTLAST_TEST_POSTGRESQL", "postgresql://postgres@127.0.0.1:5432/test")
+_counter = itertools.count()
+_made: set[str] = set()
+_available: bool | None = None
+
+
+def available() -> bool:
+    global _available
+    if _available is None:
+        try:
+            connect().close()
+            _available = True
+        except Exception:  # no psycopg, or no server
+            _available = False
+    return _available
+
+
+def schema_of(url: str) -> str:
+    return dict(parse_qsl(urlsplit(url).query))["schema"]
+
+
+def make_url(base: Path | None = None) -> str | None:
+    """The URL of a fresh, empty store in a schema of its own (None without a server)."""
+    if not available():
+        return None
+    schema = f"t{os.getpid()}_{next(_counter)}_{os.urandom(3).hex()}"
+    _made.add(schema)
+    sep = "&" if "?" in BASE_URL else "?"
+    return f"{BASE_URL}{sep}schema={schema}"
+
+
+def connect() -> Any:
+    """An autocommit psycopg connection to the test server."""
+    import psycopg
+
+    return psycopg.connect(BASE_URL, autocommit=True, connect_timeout=3)
+
+
+def write_raw(url: str, job_id: str, raw: bytes) -> None:
+    """Overwrite a job's stored document behind the store's back."""
+    with connect() as conn:
+        cur = conn.execute(
+            f'UPDATE "{schema_of(url)}".jobs SET doc = %s WHERE id = %s', (raw, job_id)
+        )
+        assert cur.rowcount == 1, f"no row for job {job_id}"
+
+
+def drop_schema(url: str) -> None:
+    schema = schema_of(url)
+    with contextlib.suppress(Exception), connect() as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    _made.discard(schema)
+
+
+@atexit.register
+def _drop_all() -> None:
+    if not _made:
+        return
+    with contextlib.suppress(Exception), connect() as conn:
+        for schema in list(_made):
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    _made.clear()

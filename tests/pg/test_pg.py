@@ -1,0 +1,341 @@
+"""The PostgreSQL adapter's own promises: migrations, exactly-once claims across processes,
+exact death detection through advisory locks, fencing after a cut connection, LISTEN/NOTIFY
+wake-ups, fork safety, and bad input."""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import stat
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from outlast.errors import CorruptJob, InvalidInput, JobNotFound, StoreError, WorkerLockHeld
+from outlast.model import Status
+from outlast.store import open_store
+from outlast.store import postgresql as pg
+from outlast.store.postgresql import PostgresStore
+from tests.pg import support, workers
+from tests.store import procs
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def url(store_url: str) -> str:
+    return store_url
+
+
+@pytest.fixture
+def pgstore(url: str) -> Iterator[PostgresStore]:
+    store = open_store(url)
+    assert isinstance(store, PostgresStore)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def until(condition: object, timeout: float, step: float = 0.005) -> float:
+    """Poll ``condition()`` until true; returns the seconds it took (fails after timeout)."""
+    started = time.monotonic()
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() - started > timeout:
+            pytest.fail(f"not true within {timeout}s")
+        time.sleep(step)
+    return time.monotonic() - started
+
+
+# ------------------------------------------------------------------------------ migrations
+def versions(url: str) -> list[int]:
+    with support.connect() as conn:
+        rows = conn.execute(
+            f'SELECT version FROM "{support.schema_of(url)}".schema_version ORDER BY version'
+        ).fetchall()
+    return [int(r[0]) for r in rows]  # type: ignore[call-overload]
+
+
+def test_migrations_are_idempotent(url: str) -> None:
+    with open_store(url) as store:
+        job = store.create(name="kept")
+    assert versions(url) == list(range(1, len(pg._pg.MIGRATIONS) + 1))
+    for _ in range(3):
+        with open_store(url) as store:
+            assert store.get(job.id).name == "kept"
+    assert versions(url) == list(range(1, len(pg._pg.MIGRATIONS) + 1))
+
+
+def test_migrations_from_four_processes_at_once(url: str) -> None:
+    barrier = procs.CTX.Barrier(4)
+    children = [procs.Child(workers.open_together, url, barrier) for _ in range(4)]
+    try:
+        for child in children:
+            child.expect("opened", 60)
+            child.join()
+    finally:
+        for child in children:
+            child.close()
+    assert versions(url) == list(range(1, len(pg._pg.MIGRATIONS) + 1))
+    with open_store(url) as store:
+        assert store.list() == []
+
+
+def test_a_schema_newer_than_the_code_is_refused(url: str) -> None:
+    open_store(url).close()
+    with support.connect() as conn:
+        conn.execute(f'INSERT INTO "{support.schema_of(url)}".schema_version VALUES (999)')
+    with pytest.raises(StoreError, match="newer"):
+        open_store(url)
+
+
+# ----------------------------------------------------------------------------- exactly once
+def test_four_workers_two_thousand_jobs_each_exactly_once(url: str, pgstore: PostgresStore) -> None:
+    n = 2000
+    created = {pgstore.create(name=f"j{i}", queue="default").id for i in range(n)}
+    children = [procs.Child(workers.claim_and_succeed, url, 4) for _ in range(4)]
+    done: list[str] = []
+    try:
+        for child in children:
+            child.expect("ready")
+        for child in children:
+            child.send("go")
+        for child in children:
+            got = child.recv(170)
+            assert got, "a worker got nothing: the claims were not shared"
+            done += got
+            child.join()
+    finally:
+        for child in children:
+            child.close()
+    counts = Counter(done)
+    assert [job for job, c in counts.items() if c > 1] == []
+    assert set(done) == created and len(done) == n
+    states = pgstore.list(limit=None)
+    assert Counter(str(s.status) for s in states) == {"succeeded": n}
+    assert all(s.attempts == 1 for s in states)
+    for job_id in list(created)[:50]:
+        assert [(e.seq, str(e.status)) for e in pgstore.events(job_id)] == [
+            (1, "started"),
+            (2, "completed"),
+        ]
+
+
+# ---------------------------------------------------------------------- death and fencing
+def test_sigkilled_worker_frees_its_lock_within_a_second(url: str, pgstore: PostgresStore) -> None:
+    job = pgstore.create(name="doomed", max_attempts=2)
+    with procs.spawned(procs.hold_lock, url, job.id, True, False) as child:
+        assert child.recv()[0] == "ready"
+        assert pgstore._lock_held(job.id)
+        assert not pgstore.abandoned(pgstore.get(job.id))
+        child.kill()
+        took = until(lambda: not pgstore._lock_held(job.id), 1.0)
+    assert took < 1.0
+    assert pgstore.abandoned(pgstore.get(job.id))
+    assert pgstore.reconcile(pgstore.get(job.id)).status == Status.PENDING
+    [again] = pgstore.claim()
+    assert again.id == job.id and again.attempt == 2
+
+
+def test_terminated_lock_connection_is_abandoned_and_the_late_write_refused(
+    url: str, pgstore: PostgresStore
+) -> None:
+    job = pgstore.create(name="cut", max_attempts=2)
+    with procs.spawned(workers.claim_and_hold, url) as child:
+        job_id, attempt, backend = child.recv()
+        assert (job_id, attempt) == (job.id, 1)
+        child.send("alive?")
+        assert child.recv() is True
+        with support.connect() as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        until(lambda: pgstore.abandoned(pgstore.get(job.id)), 1.0)
+        # The old worker notices at once, without a round trip.
+        child.send("alive?")
+        assert child.recv() is False
+        # Reconciled and claimed again: attempt 2 belongs to another worker now.
+        assert pgstore.reconcile(pgstore.get(job.id)).status == Status.PENDING
+        [new] = pgstore.claim()
+        assert new.attempt == 2
+        events = pgstore.events(job.id)
+        child.send("late")
+        event, status, attempts, result = child.recv()
+    assert event is None
+    assert (status, attempts, result) == ("running", 2, None)
+    assert pgstore.events(job.id) == events
+    assert new.succeed("fresh").result == "fresh"
+    assert [str(e.status) for e in pgstore.events(job.id)] == [
+        "started",
+        "failed",
+        "started",
+        "completed",
+    ]
+
+
+def test_a_forked_child_does_not_keep_its_parents_locks(url: str, pgstore: PostgresStore) -> None:
+    job = pgstore.create(name="forked")
+    grandchild = None
+    try:
+        with procs.spawned(workers.claim_then_fork, url) as child:
+            job_id, grandchild = child.recv()
+            assert job_id == job.id and pgstore._lock_held(job.id)
+            child.kill()
+        os.kill(grandchild, 0)  # the fork lives on...
+        until(lambda: not pgstore._lock_held(job.id), 1.0)  # ...but not the lock
+    finally:
+        if grandchild is not None:
+            os.kill(grandchild, signal.SIGKILL)
+
+
+def test_a_lock_is_not_taken_twice_in_one_process(pgstore: PostgresStore) -> None:
+    job = pgstore.create(name="once")
+    task = pgstore.open(job.id)
+    task.hold_worker_lock()
+    with pytest.raises(WorkerLockHeld):
+        pgstore.open(job.id).hold_worker_lock()
+    task.release_worker_lock()
+    pgstore.open(job.id).hold_worker_lock()
+
+
+def test_colliding_lock_keys_delay_a_job_but_never_double_it(
+    pgstore: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg, "lock_key", lambda schema, job_id: 42)
+    first, second = pgstore.create(name="a"), pgstore.create(name="b")
+    [task] = pgstore.claim(limit=2)
+    assert task.id == first.id
+    assert pgstore.get(second.id).status == Status.PENDING
+    assert not pgstore.abandoned(pgstore.get(first.id))
+    task.succeed(1)
+    task.release_worker_lock()
+    [later] = pgstore.claim(limit=2)
+    assert later.id == second.id
+
+
+def test_the_lock_connection_has_server_side_keepalives(pgstore: PostgresStore) -> None:
+    job = pgstore.create(name="k")
+    pgstore.open(job.id).hold_worker_lock()
+    conn = pgstore._locks.conn
+    assert conn is not None
+    settings = {
+        name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+        for name in ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count")
+    }
+    assert settings == {
+        "tcp_keepalives_idle": "10",
+        "tcp_keepalives_interval": "5",
+        "tcp_keepalives_count": "3",
+    }
+    assert conn.info.get_parameters()["keepalives_idle"] == "5"
+
+
+# --------------------------------------------------------------------------- notification
+def test_listen_wakes_a_waiter_in_another_process_within_a_second(
+    url: str, pgstore: PostgresStore
+) -> None:
+    job = pgstore.create(name="listened")
+    with procs.spawned(workers.listen_for, url, job.id, False) as child:
+        child.expect("ready")
+        time.sleep(0.1)
+        sent = time.monotonic()
+        pgstore.open(job.id).report("ping", "progress")
+        woke, at = child.recv()
+    assert woke and 0 <= at - sent < 1.0
+
+
+def test_queue_listener_is_woken_by_a_new_job(url: str, pgstore: PostgresStore) -> None:
+    with procs.spawned(workers.listen_for, url, None, True) as child:
+        child.expect("ready")
+        sent = time.monotonic()
+        pgstore.create(name="new")
+        woke, at = child.recv()
+    assert woke and at - sent < 1.0
+
+
+def test_a_listener_ignores_other_jobs_of_its_shard(pgstore: PostgresStore) -> None:
+    mine = pgstore.create(name="mine")
+    other = pgstore.create(name="other")
+    while pgstore._channel(other.id) != pgstore._channel(mine.id):
+        pgstore.delete(other.id, force=True)
+        other = pgstore.create(name="other")
+    with pgstore.listen([mine.id]) as listener:
+        other.report("s", "progress")
+        assert not listener.wait(0.3)
+        mine.report("s", "progress")
+        assert listener.wait(2.0)
+
+
+def test_a_listener_survives_a_terminated_connection(pgstore: PostgresStore) -> None:
+    job = pgstore.create(name="j")
+    with pgstore.listen([job.id]) as listener, support.connect() as admin:
+        conn = listener._conn
+        assert conn is not None
+        admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        assert listener.wait(2.0)  # woken (the caller re-checks), reconnected
+        assert listener._conn is not conn
+        job.report("s", "progress")
+        assert listener.wait(2.0)
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("schema", ["Upper", "a-b", "1abc", "x" * 49, "", "a;drop"])
+def test_bad_schema_names_are_refused(schema: str) -> None:
+    with pytest.raises(InvalidInput):
+        open_store(f"{support.BASE_URL}?schema={schema}")
+
+
+def test_an_unreachable_server_is_a_store_error() -> None:
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="cannot connect"):
+        open_store("postgresql://postgres@127.0.0.1:1/test?connect_timeout=2")
+    assert time.monotonic() - started < 5
+
+
+def test_a_corrupt_row_is_named_skipped_in_lists_and_by_claims(
+    url: str, pgstore: PostgresStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = pgstore.create(name="bad")  # the oldest: a claim of one must look past it
+    good = pgstore.create(name="good")
+    support.write_raw(url, bad.id, b'{"id": "' + bad.id.encode() + b'", "kind": ')
+    with pytest.raises(CorruptJob, match=bad.id):
+        pgstore.get(bad.id)
+    caplog.set_level(logging.WARNING)
+    assert [s.id for s in pgstore.list()] == [good.id]
+    assert any(bad.id in r.getMessage() for r in caplog.records)
+    assert [t.id for t in pgstore.claim(limit=1)] == [good.id]
+    pgstore.delete(bad.id, force=True)
+    with pytest.raises(JobNotFound):
+        pgstore.get(bad.id)
+
+
+def test_logs_live_on_this_machine_in_a_private_folder(pgstore: PostgresStore) -> None:
+    job = pgstore.create(name="logged")
+    path = pgstore.log_path(job.id)
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert not pgstore.capabilities.local_logs and pgstore.capabilities.spans_hosts
+    Path(path).write_text("output\n")
+    job.cancel()
+    pgstore.delete(job.id)
+    assert not path.exists()
+
+
+def test_a_lost_lock_connection_is_seen_on_its_fileno_and_replaced(pgstore: PostgresStore) -> None:
+    first, second = pgstore.create(name="a"), pgstore.create(name="b")
+    [task] = pgstore.claim()
+    fd = pgstore.lock_fileno()
+    assert fd is not None
+    assert not select.select([fd], [], [], 0)[0]
+    with support.connect() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pgstore._locks.backend,))
+    assert select.select([fd], [], [], 2.0)[0], "the lock connection's socket did not wake"
+    assert not pgstore._lock_alive(task.id, task._lock)
+    assert pgstore.lock_fileno() is None
+    assert pgstore.abandoned(pgstore.get(first.id))
+    task.release_worker_lock()  # a no-op: that lock is gone with its connection
+    [other] = pgstore.claim()  # on a new lock connection
+    assert other.id == second.id and pgstore._lock_alive(other.id, other._lock)
+    assert not pgstore.abandoned(pgstore.get(second.id))
