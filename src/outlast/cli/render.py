@@ -7,11 +7,10 @@ through here, so a job looks the same whichever way it was read.
 from __future__ import annotations
 
 import json
-import shlex
-from datetime import UTC, datetime
 
 TYPE_CHECKING = False  # typing is too heavy for the fast path
 if TYPE_CHECKING:
+    from datetime import datetime
     from typing import Any
 
 
@@ -20,6 +19,8 @@ def dumps(value: Any) -> str:
 
 
 def _age(stamp: str | None, now: datetime | None = None) -> str:
+    from datetime import UTC, datetime
+
     if not stamp:
         return "-"
     seconds = ((now or datetime.now(UTC)) - datetime.fromisoformat(stamp)).total_seconds()
@@ -67,6 +68,8 @@ def job_text(doc: dict[str, Any]) -> str:
     if doc.get("progress") is not None:
         rows.append(("progress", _progress(doc)))
     if doc.get("command"):
+        import shlex
+
         rows.append(("command", shlex.join(doc["command"])))
     if doc.get("labels"):
         rows.append(("labels", " ".join(f"{k}={v}" for k, v in sorted(doc["labels"].items()))))
@@ -89,6 +92,8 @@ def jobs_table(docs: list[dict[str, Any]]) -> str:
     """A listing, one job a line, newest first."""
     if not docs:
         return "no jobs"
+    from datetime import UTC, datetime
+
     now = datetime.now(UTC)
     rows = [("ID", "STATUS", "PROGRESS", "STEP", "AGE", "NAME")]
     for d in docs:
