@@ -9,8 +9,9 @@ it (parent-death signal).
 
 - Idle: sleeps with backoff doubling from ``WORKER_POLL_MIN`` to ``WORKER_POLL_MAX``, woken
   early by the store's notification when a job becomes claimable.
-- Prefetch: it holds at most one claimed job per process beyond those running, so a finished
-  job is followed by the next without a round trip to the store.
+- Prefetch: it claims in batches and holds up to ``PREFETCH`` claimed jobs per process beyond
+  those running, so a finished job is followed by the next without a round trip to the store.
+  A prefetched job shows as ``running``; if the pool dies it is retried like the others.
 - A job process that dies (segfault, ``os._exit``) fails only its job, which is retried while
   attempts are left; a fresh process takes its place.
 - Timeout: the job process is killed and the attempt fails with code ``timeout``.
@@ -49,6 +50,8 @@ log = logging.getLogger("outlast.worker")
 RECONCILE_EVERY = 1.0
 CHECK_EVERY = 0.05  # at most this often, the running jobs are checked for a cancel
 CANCEL_GRACE_MAX = 10.0
+FLUSH_DELAY = 0.002  # seconds an outcome may wait to be written with others
+PREFETCH = 4  # jobs claimed ahead per process: claims are batched, at the cost of holding them
 
 
 class JobProcess:
@@ -115,6 +118,8 @@ class Pool:
         self._last_reconcile = 0.0
         self._stop_at = float("inf")
         self._check_at: float | None = None
+        self._unwritten: list[tuple[Task, Outcome]] = []  # outcomes not written yet
+        self._flush_at: float | None = None
 
     # ------------------------------------------------------------ job processes
     def _start_process(self) -> Slot:
@@ -159,7 +164,17 @@ class Pool:
         slot.conn.send((task.id, task.attempt))
 
     def _record(self, done: list[tuple[Task, Outcome]]) -> None:
-        """Write the outcomes of finished attempts together, then drop their locks."""
+        """Queue outcomes to be written together: at once when one per process is waiting,
+        else within ``FLUSH_DELAY`` (a job's outcome lands at most that much later)."""
+        if done and not self._unwritten:
+            self._flush_at = time.monotonic() + FLUSH_DELAY
+        self._unwritten.extend(done)
+        if len(self._unwritten) >= self.concurrency:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the queued outcomes in one go, then drop their jobs' locks."""
+        done, self._unwritten, self._flush_at = self._unwritten, [], None
         items = []
         for task, outcome in done:
             assert task.attempt is not None
@@ -173,11 +188,12 @@ class Pool:
             self.processed += 1
 
     def _fill(self) -> int:
-        """Claim for idle processes (plus one prefetched job each); start what can start."""
+        """Claim when fewer jobs are at hand than idle processes plus one each, then up to
+        ``PREFETCH`` per process (one transaction for many claims); start what can start."""
         idle = [s for s in self.slots if s.task is None]
-        want = len(idle) + self.concurrency - len(self.backlog)
         claimed = 0
-        if not self.stopping and want > 0 and (idle or self.backlog):
+        if not self.stopping and len(self.backlog) < len(idle) + self.concurrency:
+            want = len(idle) + PREFETCH * self.concurrency - len(self.backlog)
             tasks = self.store.claim(self.name, want, self.queues, [Kind.FUNCTION, Kind.PIPELINE])
             self.backlog.extend(tasks)
             claimed = len(tasks)
@@ -279,6 +295,8 @@ class Pool:
         deadlines = [s.deadline for s in self.slots if s.deadline is not None]
         deadlines += [s.kill_at for s in self.slots if s.kill_at is not None]
         deadlines.append(self._last_reconcile + RECONCILE_EVERY)
+        if self._flush_at is not None:
+            deadlines.append(self._flush_at)
         if self._check_at is not None:
             deadlines.append(self._check_at)
         deadlines.append(self._stop_at if self.stopping else now + backoff)
@@ -298,6 +316,8 @@ class Pool:
                 while True:
                     claimed = self._fill()
                     busy = any(s.task is not None for s in self.slots)
+                    if not busy and self._unwritten:
+                        self._flush()  # nothing else to wait for
                     if not busy and (
                         self.stopping
                         or (self.burst and not claimed and not self._retries_pending())
@@ -323,6 +343,8 @@ class Pool:
                     self._handle_ready(ready)
                     self._handle_deadlines()
                     now = time.monotonic()
+                    if self._flush_at is not None and now >= self._flush_at:
+                        self._flush()
                     if self._check_at is not None and now >= self._check_at:
                         self._check_at = None
                         self._check_running()
@@ -351,6 +373,7 @@ class Pool:
                 task.release_worker_lock()
 
     def _shutdown(self) -> None:
+        self._flush()
         self._requeue_running()
         while self.backlog:  # claimed but never started: back to the queue as they were
             task = self.backlog.popleft()

@@ -332,6 +332,9 @@ class SQLiteStore(Store):
             where.append(f"kind IN ({','.join('?' * len(kinds))})")
             args += [str(k) for k in kinds]
         sql = f"SELECT id FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?"
+        with _translated("claim"):  # nothing due: no write lock taken (idle pools stay cheap)
+            if self._conn().execute(sql, (*args, 1)).fetchone() is None:
+                return []
         claimed: list[tuple[JobState, Any]] = []
         with self._write("claim") as conn:
             try:
