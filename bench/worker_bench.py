@@ -41,14 +41,24 @@ def fresh_url(base: str | None, tag: str) -> str:
     return f"sqlite://{tempfile.mkdtemp(prefix='outlast-wbench-')}/s.db"
 
 
-def worker(url: str, *extra: str) -> subprocess.Popen[bytes]:
+def worker(url: str, *extra: str, concurrency: int = 2) -> subprocess.Popen[bytes]:
     env = dict(
         os.environ,
         OUTLAST_STORE=url,
         PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
     return subprocess.Popen(
-        [sys.executable, "-m", "outlast", "worker", "-c", "2", "--import", "bench_jobs", *extra],
+        [
+            sys.executable,
+            "-m",
+            "outlast",
+            "worker",
+            "-c",
+            str(concurrency),
+            "--import",
+            "bench_jobs",
+            *extra,
+        ],
         env=env,
         stderr=subprocess.DEVNULL,
     )
@@ -59,14 +69,15 @@ def stamp(value: datetime | None) -> float:
     return value.timestamp()
 
 
-def throughput(url: str, jobs: int) -> tuple[float, float, float]:
+def throughput(url: str, jobs: int, workers: int, concurrency: int) -> tuple[float, float, float]:
     store = open_store(url)
     t0 = time.perf_counter()
     ids = [create_job(store, bench_jobs.noop, [i], {}).id for i in range(jobs)]
     submit_rate = jobs / (time.perf_counter() - t0)
     t1 = time.perf_counter()
-    proc = worker(url, "--burst")
-    proc.wait()
+    procs = [worker(url, "--burst", concurrency=concurrency) for _ in range(workers)]
+    for proc in procs:
+        proc.wait()
     wall = time.perf_counter() - t1
     states = [store.get(i) for i in ids]
     assert all(s.status == "succeeded" for s in states), "not every job succeeded"
@@ -94,12 +105,21 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--latency-jobs", type=int, default=200)
     parser.add_argument("--store", help="a store URL (default: a fresh SQLite file per run)")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes draining")
+    parser.add_argument("--concurrency", type=int, default=2, help="-c of each worker")
     args = parser.parse_args()
 
-    results = [throughput(fresh_url(args.store, f"t{r}"), args.jobs) for r in range(args.runs)]
+    results = [
+        throughput(fresh_url(args.store, f"t{r}"), args.jobs, args.workers, args.concurrency)
+        for r in range(args.runs)
+    ]
     submit, drain, wall = (statistics.median(col) for col in zip(*results, strict=True))
     print(f"submit                {submit:8,.0f} jobs/s")
-    print(f"drain (concurrency 2) {drain:8,.0f} jobs/s   (target >= 2,000)")
+    target = "1,000 on PostgreSQL" if (args.store or "").startswith("postgres") else "2,000"
+    print(
+        f"drain ({args.workers} worker(s) -c {args.concurrency}) {drain:8,.0f} jobs/s"
+        f"   (target >= {target})"
+    )
     print(f"drain incl. start-up  {wall:8,.0f} jobs/s")
 
     url = fresh_url(args.store, "lat")
