@@ -388,25 +388,40 @@ def _queue_name(value: str) -> str:
         raise click.BadParameter(str(exc), param_hint="--queue") from None
 
 
-@cli.command()
-@click.argument("name")
-@click.option("--args", "args_json", metavar="JSON", help="Positional arguments: a JSON list.")
-@click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments: a JSON object.")
-@click.option(
-    "--payload", "payload_json", metavar="JSON", help="A pipeline's input: a JSON object."
-)
-@click.option("--queue", help="Queue (default: the job's own).")
-@click.option("--label", "labels", multiple=True, metavar="K=V", help="Label the job.")
-@click.option(
-    "--import",
-    "imports",
-    multiple=True,
-    metavar="MODULE",
-    help="Import MODULE first (where the job is registered).",
-)
-@json_option
-@store_option
-def submit(
+def job_input_options(fn: F) -> F:
+    """The options of a registered job's input, shared by ``submit`` and ``spawn``."""
+    for option in reversed(
+        [
+            click.argument("name"),
+            click.option(
+                "--args", "args_json", metavar="JSON", help="Positional arguments: a JSON list."
+            ),
+            click.option(
+                "--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments: a JSON object."
+            ),
+            click.option(
+                "--payload",
+                "payload_json",
+                metavar="JSON",
+                help="A pipeline's input: a JSON object.",
+            ),
+            click.option("--label", "labels", multiple=True, metavar="K=V", help="Label the job."),
+            click.option(
+                "--import",
+                "imports",
+                multiple=True,
+                metavar="MODULE",
+                help="Import MODULE first (where the job is registered).",
+            ),
+            json_option,
+            store_option,
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _create_job(
     name: str,
     args_json: str | None,
     kwargs_json: str | None,
@@ -416,9 +431,8 @@ def submit(
     imports: tuple[str, ...],
     as_json: bool,
     store_url: str | None,
-    detach: bool = False,
+    detach: bool,
 ) -> None:
-    """Queue the registered job NAME for the pools (outlast worker)."""
     args = parse_json(args_json, "--args") if args_json is not None else []
     kwargs = parse_json(kwargs_json, "--kwargs") if kwargs_json is not None else {}
     if not isinstance(args, list):
@@ -459,46 +473,18 @@ def submit(
 
 
 @cli.command()
-@click.argument("name")
-@click.option("--args", "args_json", metavar="JSON", help="Positional arguments: a JSON list.")
-@click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments: a JSON object.")
-@click.option(
-    "--payload", "payload_json", metavar="JSON", help="A pipeline's input: a JSON object."
-)
-@click.option("--label", "labels", multiple=True, metavar="K=V", help="Label the job.")
-@click.option(
-    "--import",
-    "imports",
-    multiple=True,
-    metavar="MODULE",
-    help="Import MODULE first (where the job is registered).",
-)
-@json_option
-@store_option
-def spawn(
-    name: str,
-    args_json: str | None,
-    kwargs_json: str | None,
-    payload_json: str | None,
-    labels: tuple[str, ...],
-    imports: tuple[str, ...],
-    as_json: bool,
-    store_url: str | None,
-) -> None:
+@job_input_options
+@click.option("--queue", help="Queue (default: the job's own).")
+def submit(queue: str | None, **options: Any) -> None:
+    """Queue the registered job NAME for the pools (outlast worker)."""
+    _create_job(queue=queue, detach=False, **options)
+
+
+@cli.command()
+@job_input_options
+def spawn(**options: Any) -> None:
     """Run the registered job NAME in its own detached worker, now; print its id."""
-    assert submit.callback is not None
-    submit.callback(
-        name,
-        args_json,
-        kwargs_json,
-        payload_json,
-        None,
-        labels,
-        imports,
-        as_json,
-        store_url,
-        detach=True,
-    )
+    _create_job(queue=None, detach=True, **options)
 
 
 @cli.command()

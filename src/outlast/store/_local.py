@@ -15,6 +15,7 @@ from outlast import paths
 from outlast.errors import CorruptJob, StoreError
 from outlast.model import JobState, ProgressEvent
 from outlast.store import notify
+from outlast.store.base import Capabilities, Store
 from outlast.store.locks import WorkerLocks
 
 log = logging.getLogger("outlast.store")
@@ -135,3 +136,35 @@ class LocalParts:
 
     def close(self) -> None:
         self.pulses.close()
+
+
+class LocalStore(Store):
+    """The part of the sqlite and files adapters that is the same: worker locks, liveness
+    locks, pulses and logs live in a side folder (:class:`LocalParts`) on this machine."""
+
+    capabilities = Capabilities(pushes_notifications=True, spans_hosts=False)
+    parts: LocalParts
+
+    def _lock_acquire(self, job_id: str) -> Any:
+        return self.parts.acquire(job_id)
+
+    def _lock_held(self, job_id: str) -> bool:
+        return self.parts.locks.held(job_id)
+
+    def _lock_release(self, job_id: str, handle: Any) -> None:
+        self.parts.locks.release(job_id, handle)
+
+    def _hold_liveness(self, worker: str) -> bool:
+        return self.parts.hold_liveness(worker)
+
+    def _worker_alive(self, worker: str | None) -> bool:
+        return self.parts.worker_alive(worker)
+
+    def _pulse(self, job_id: str, claimable: bool = False) -> None:
+        self.parts.pulse(job_id, claimable)
+
+    def listen(self, job_ids: list[str] | None = None, queue: bool = False) -> notify.Listener:
+        return self.parts.listen(job_ids, queue)
+
+    def log_path(self, job_id: str) -> Path:
+        return self.parts.log_path(job_id)

@@ -43,8 +43,7 @@ from outlast.errors import CorruptJob, InvalidJobId, JobActive, JobNotFound, Sto
 from outlast.ids import check_id
 from outlast.model import JobState, Kind, ProgressEvent, Status, parse_time, utcnow
 from outlast.store import _local
-from outlast.store.base import Capabilities, Store, Transition
-from outlast.store.notify import Listener
+from outlast.store.base import Transition
 
 #: ``<x>.worker``'s short lock would be ``<x>``'s worker lock, so no job here has that name.
 _RESERVED = ".worker"
@@ -113,10 +112,8 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-class FilesStore(Store):
+class FilesStore(_local.LocalStore):
     """A store folder of plain files; see the module docstring for the layout and promises."""
-
-    capabilities = Capabilities(pushes_notifications=True, spans_hosts=False)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).absolute()
@@ -475,28 +472,3 @@ class FilesStore(Store):
                 with self._translated(f"release {job_id}"):
                     self.parts.locks.release(job_id, lock)
         return claimed
-
-    # ------------------------------------------------------------------ locks, notification
-    def _lock_acquire(self, job_id: str) -> Any:
-        return self.parts.acquire(job_id)
-
-    def _lock_held(self, job_id: str) -> bool:
-        return self.parts.locks.held(job_id)
-
-    def _hold_liveness(self, worker: str) -> bool:
-        return self.parts.hold_liveness(worker)
-
-    def _worker_alive(self, worker: str | None) -> bool:
-        return self.parts.worker_alive(worker)
-
-    def _lock_release(self, job_id: str, handle: Any) -> None:
-        self.parts.locks.release(job_id, handle)
-
-    def _pulse(self, job_id: str, claimable: bool = False) -> None:
-        self.parts.pulse(job_id, claimable)
-
-    def listen(self, job_ids: list[str] | None = None, queue: bool = False) -> Listener:
-        return self.parts.listen(job_ids, queue)
-
-    def log_path(self, job_id: str) -> Path:
-        return self.parts.log_path(job_id)

@@ -30,8 +30,7 @@ from outlast import machine, paths
 from outlast.errors import CorruptJob, JobActive, JobNotFound, StoreError
 from outlast.model import JobState, Kind, ProgressEvent, Status, format_time, utcnow
 from outlast.store import _local
-from outlast.store.base import Capabilities, Store, Transition
-from outlast.store.notify import Listener
+from outlast.store.base import Transition
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 60.0  # seconds a writer waits for SQLite's write lock before giving up
@@ -79,9 +78,7 @@ def _translated(what: str) -> Iterator[None]:
         raise StoreError(f"sqlite store: {what}: {exc}") from exc
 
 
-class SQLiteStore(Store):
-    capabilities = Capabilities(pushes_notifications=True, spans_hosts=False)
-
+class SQLiteStore(_local.LocalStore):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).absolute()
         self.url = f"sqlite://{self.path}"
@@ -369,28 +366,3 @@ class SQLiteStore(Store):
             return [ProgressEvent.from_dict(json.loads(doc)) for (doc,) in rows]
         except (ValueError, CorruptJob) as exc:
             raise CorruptJob(f"job {job_id} has a corrupt event: {exc}") from exc
-
-    # ------------------------------------------------------------------ locks, notification
-    def _lock_acquire(self, job_id: str) -> Any:
-        return self.parts.acquire(job_id)
-
-    def _lock_held(self, job_id: str) -> bool:
-        return self.parts.locks.held(job_id)
-
-    def _hold_liveness(self, worker: str) -> bool:
-        return self.parts.hold_liveness(worker)
-
-    def _worker_alive(self, worker: str | None) -> bool:
-        return self.parts.worker_alive(worker)
-
-    def _lock_release(self, job_id: str, handle: Any) -> None:
-        self.parts.locks.release(job_id, handle)
-
-    def _pulse(self, job_id: str, claimable: bool = False) -> None:
-        self.parts.pulse(job_id, claimable)
-
-    def listen(self, job_ids: list[str] | None = None, queue: bool = False) -> Listener:
-        return self.parts.listen(job_ids, queue)
-
-    def log_path(self, job_id: str) -> Path:
-        return self.parts.log_path(job_id)
