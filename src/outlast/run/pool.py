@@ -183,9 +183,8 @@ class Pool:
                 items.append((task.id, fn))
         if items:
             self.store._modify_many(items)
-        for task, _ in done:
-            task.release_worker_lock()
-            self.processed += 1
+        self.store.release_worker_locks([task for task, _ in done])
+        self.processed += len(done)
 
     def _fill(self) -> int:
         """Claim when fewer jobs are at hand than idle processes plus one each, then up to

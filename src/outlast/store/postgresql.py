@@ -536,6 +536,26 @@ class PostgresStore(Store):
                 _local.log.warning("lost the lock connection while releasing %s: %s", job_id, exc)
                 locks.conn.close()  # its other locks go too; _lock_alive tells their holders
 
+    def _lock_release_many(self, items: list[tuple[str, Any]]) -> None:
+        """Drop several locks in one statement (a pool's finished batch)."""
+        with self._lock_mutex:
+            locks = self._locks
+            keys = [
+                h.key
+                for _, h in items
+                if isinstance(h, LockHandle) and h.generation == locks.generation
+            ]
+            if locks.conn is None or not keys:
+                return
+            locks.held.difference_update(keys)
+            try:
+                locks.conn.execute(
+                    "SELECT pg_advisory_unlock(k) FROM unnest(%s::int8[]) AS k", (keys,)
+                )
+            except psycopg.Error as exc:
+                _local.log.warning("lost the lock connection while releasing locks: %s", exc)
+                locks.conn.close()
+
     def _lock_alive(self, job_id: str, handle: Any) -> bool:
         """True while this process still holds the lock behind ``handle``.
 
