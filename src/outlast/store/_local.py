@@ -8,6 +8,7 @@ import logging
 import os
 import stat
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,18 @@ def decode(job_id: str, raw: bytes | str | None) -> JobState:
     if state.id != job_id:
         raise CorruptJob(f"job {job_id} is corrupt: the document names job {state.id!r}")
     return state
+
+
+def decode_listing(rows: Iterable[tuple[str, bytes | str | None]]) -> list[JobState]:
+    """The jobs of a listing's ``(id, document)`` rows; a corrupt one is skipped, with a
+    warning, instead of failing the whole listing."""
+    states = []
+    for job_id, doc in rows:
+        try:
+            states.append(decode(job_id, doc))
+        except CorruptJob as exc:
+            log.warning("skipping a corrupt job in the listing: %s", exc)
+    return states
 
 
 def encode_event(event: ProgressEvent) -> bytes:

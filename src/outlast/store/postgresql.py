@@ -360,13 +360,7 @@ class PostgresStore(Store):
             if limit is not None:
                 query += f" LIMIT {int(limit)}"
             rows = conn.execute(query, args).fetchall()
-        states = []
-        for job_id, doc in rows:
-            try:
-                states.append(_local.decode(job_id, doc))
-            except CorruptJob as exc:
-                _local.log.warning("skipping a corrupt job in the listing: %s", exc)
-        return states
+        return _local.decode_listing(rows)
 
     def _remove(self, job_id: str, force: bool) -> None:
         script = _Script().add("BEGIN")

@@ -292,13 +292,7 @@ class SQLiteStore(_local.LocalStore):
             if limit is not None:
                 sql += f" LIMIT {int(limit)}"
             rows = conn.execute(sql, args).fetchall()
-        states = []
-        for job_id, doc in rows:
-            try:
-                states.append(_local.decode(job_id, doc))
-            except CorruptJob as exc:
-                _local.log.warning("skipping a corrupt job in the listing: %s", exc)
-        return states
+        return _local.decode_listing(rows)
 
     def _remove(self, job_id: str, force: bool) -> None:
         with self._write(f"delete {job_id}") as conn:
