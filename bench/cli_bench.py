@@ -1,6 +1,7 @@
 """The CLI's fast path: median wall time of `outlast status ID` against `python -c pass`.
 
 Target: the ratio is at most 3 (a status call is what scripts and agents run in a loop).
+Also: how long `outlast run -- true` takes to return with the job id (target 300 ms).
 
     python bench/cli_bench.py [--runs 31]
 """
@@ -43,12 +44,14 @@ def main() -> None:
     fast = wall([outlast, "status", task.id], args.runs, env)
     fast_json = wall([outlast, "status", task.id, "--json"], args.runs, env)
     full = wall([outlast, "ls", "--limit", "5"], args.runs, env)
+    run = wall([outlast, "run", "--", "true"], args.runs, env)
     print(f"python -c pass           {base * 1000:7.1f} ms")
     print(
         f"outlast status ID        {fast * 1000:7.1f} ms   ratio {fast / base:.2f}  (target <= 3)"
     )
     print(f"outlast status ID --json {fast_json * 1000:7.1f} ms   ratio {fast_json / base:.2f}")
     print(f"outlast ls (full CLI)    {full * 1000:7.1f} ms   ratio {full / base:.2f}")
+    print(f"outlast run -- true      {run * 1000:7.1f} ms   (returns with the id; target 300 ms)")
     print(f"# medians of {args.runs} runs")
     shutil.rmtree(root, ignore_errors=True)
 
