@@ -127,8 +127,9 @@ class Pipeline:
         return [s.name for s in self.stages if s.trigger == ALL_DONE]
 
     def __call__(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Run every stage here, without a store (for trying a pipeline out)."""
-        raise InvalidInput("submit or spawn a pipeline; it runs as a job")
+        """A pipeline is not called like a function: it runs as a job (its stages report and
+        checkpoint through the job). Use :meth:`submit` or :meth:`spawn`."""
+        raise InvalidInput("a pipeline runs as a job: use .submit(payload) or .spawn(payload)")
 
     def submit(self, payload: dict[str, Any] | None = None, **options: Any) -> Task:
         """Queue the pipeline as a job for the pools, with ``payload`` as its input."""

@@ -585,8 +585,5 @@ def serve(
 
 
 def run_cli(argv: list[str]) -> None:
-    try:
-        cli.main(args=argv, prog_name="outlast")
-    except InvalidInput as exc:  # pragma: no cover - Cli.main handles these
-        click.echo(f"outlast: error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
+    """Run the click CLI on ``argv``; exits the process (``Cli.main`` maps every error)."""
+    cli.main(args=argv, prog_name="outlast")
