@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from outlast import paths
 from outlast.errors import CorruptJob, StoreError
 from outlast.model import JobState, ProgressEvent
@@ -44,8 +46,24 @@ def make_private_dir(path: Path) -> Path:
     return path
 
 
+def _dumps(value: Any) -> bytes:
+    """Compact JSON; orjson when it can (several times faster, on every transition's path),
+    the standard library for what orjson refuses (integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _loads(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)  # a big integer orjson refuses, or a real error (raised here)
+
+
 def encode(state: JobState) -> bytes:
-    return json.dumps(state.to_dict(), separators=(",", ":"), allow_nan=False).encode()
+    return _dumps(state.to_dict())
 
 
 def decode(job_id: str, raw: bytes | str | None) -> JobState:
@@ -54,7 +72,7 @@ def decode(job_id: str, raw: bytes | str | None) -> JobState:
         if raw is None or len(raw) == 0:
             raise CorruptJob("the document is empty")
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        data = json.loads(text)
+        data = _loads(text)
         state = JobState.from_dict(data)
     except CorruptJob as exc:
         raise CorruptJob(f"job {job_id} is corrupt: {exc.message}") from exc
@@ -82,7 +100,7 @@ def decode_listing(rows: Iterable[tuple[str, bytes | str | None]]) -> list[JobSt
 
 
 def encode_event(event: ProgressEvent) -> bytes:
-    return json.dumps(event.to_dict(), separators=(",", ":"), allow_nan=False).encode()
+    return _dumps(event.to_dict())
 
 
 class LocalParts:

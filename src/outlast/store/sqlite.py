@@ -33,6 +33,7 @@ from outlast.store import _local
 from outlast.store.base import Transition
 
 SCHEMA_VERSION = 1
+DOC_CACHE = 4096  # parsed documents kept per store object, reused only if byte-identical
 BUSY_TIMEOUT = 60.0  # seconds a writer waits for SQLite's write lock before giving up
 
 _SCHEMA = """
@@ -85,6 +86,8 @@ class SQLiteStore(_local.LocalStore):
         _local.make_private_dir(self.path.parent)
         self.parts = _local.LocalParts(Path(paths.sqlite_side_dir(str(self.path))))
         self._local = threading.local()
+        self._docs: dict[str, tuple[bytes, JobState]] = {}
+        self._docs_lock = threading.Lock()
         with _translated("open"):
             if not self.path.exists():
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
@@ -182,24 +185,43 @@ class SQLiteStore(_local.LocalStore):
             _local.encode(state),
         )
 
+    def _decode(self, job_id: str, raw: bytes) -> JobState:
+        """Parse a stored document, or reuse the state this process last wrote or read for the
+        job if the stored bytes are exactly that (states are immutable, so sharing is safe;
+        a transition is read back right after it is written, e.g. claim then succeed)."""
+        hit = self._docs.get(job_id)
+        if hit is not None and hit[0] == raw:
+            return hit[1]
+        state = _local.decode(job_id, raw)
+        self._remember(state, raw)
+        return state
+
+    def _remember(self, state: JobState, doc: bytes) -> None:
+        with self._docs_lock:
+            self._docs[state.id] = (doc, state)
+            if len(self._docs) > DOC_CACHE:
+                self._docs.pop(next(iter(self._docs)))
+
     def _insert(self, state: JobState) -> None:
+        row = self._row(state)
         with self._write("create") as conn:
             conn.execute(
                 "INSERT INTO jobs (status, kind, queue, worker, run_after, created_at, doc, id)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (*self._row(state), state.id),
+                (*row, state.id),
             )
             if state.labels:
                 conn.executemany(
                     "INSERT INTO labels (job_id, key, value) VALUES (?, ?, ?)",
                     [(state.id, k, v) for k, v in state.labels.items()],
                 )
+        self._remember(state, row[-1])
 
     def _read_with(self, conn: sqlite3.Connection, job_id: str) -> tuple[JobState, int]:
         row = conn.execute("SELECT doc, seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(f"no job {job_id}")
-        return _local.decode(job_id, row[0]), row[1]
+        return self._decode(job_id, row[0]), row[1]
 
     def _read(self, job_id: str) -> JobState:
         with _translated(f"read {job_id}"):
@@ -220,11 +242,13 @@ class SQLiteStore(_local.LocalStore):
                 "INSERT INTO events (job_id, seq, doc) VALUES (?, ?, ?)",
                 [(e.job_id, e.seq, _local.encode_event(e)) for e in stored],
             )
+        row = self._row(new)
         conn.execute(
             "UPDATE jobs SET status = ?, kind = ?, queue = ?, worker = ?, run_after = ?,"
             " created_at = ?, doc = ?, seq = ? WHERE id = ?",
-            (*self._row(new), seq, new.id),
+            (*row, seq, new.id),
         )
+        self._remember(new, row[-1])  # checked against the stored bytes when read back
         if new.labels != old.labels:
             conn.execute("DELETE FROM labels WHERE job_id = ?", (new.id,))
             conn.executemany(
