@@ -189,10 +189,24 @@ def fail(
     return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),))
 
 
+CANCELING = "canceling"  # payload key: a running pipeline runs its cleanup, then is canceled
+
+
 def cancel(state: JobState, now: datetime) -> Change | None:
-    """Cancel from pending, running or paused; a terminal job keeps its outcome."""
+    """Cancel from pending, running or paused; a terminal job keeps its outcome.
+
+    A *running* pipeline whose ``ALL_DONE`` stages have not run is not made terminal yet: it is
+    marked ``payload["canceling"]``, its worker runs the cleanup stages (recorded like any
+    stage) and then records ``canceled`` (if the worker dies first, reconciling finishes it).
+    """
     if state.terminal:
         return None
+    if state.status == Status.RUNNING and _cleanup_pending(state):
+        if CANCELING in state.payload:
+            return None
+        new = state.evolve(payload={**state.payload, CANCELING: True}, updated_at=now)
+        event = NewEvent(JOB_STEP, EventStatus.PROGRESS, {"cancel_requested": True})
+        return Change(new, (event,))
     error = ErrorInfo(ErrorCode.CANCELED, "the job was canceled")
     new = state.evolve(status=Status.CANCELED, error=error, updated_at=now, finished_at=now)
     return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, {"error": error.to_dict()}),))
@@ -282,6 +296,13 @@ def abandon(state: JobState, now: datetime) -> Change | None:
         hint="the process working on the job died (killed, crashed or its machine went away)",
     )
     message = {"attempt": state.attempts, "error": error.to_dict()}
+    if state.payload.get(CANCELING):  # its worker died while cleaning up after a cancel
+        error = ErrorInfo(ErrorCode.CANCELED, "the job was canceled")
+        finalizing = _finalize(state, error, message, now)
+        if finalizing is not None:
+            return finalizing
+        new = state.evolve(status=Status.CANCELED, error=error, updated_at=now, finished_at=now)
+        return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, {"error": error.to_dict()}),))
     if state.status == Status.PENDING or state.attempts < state.max_attempts:
         new = state.evolve(status=Status.PENDING, error=error, worker=None, updated_at=now)
         return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)

@@ -271,6 +271,8 @@ def run_pipeline(spec: registry.JobSpec, task: Task, state: JobState) -> Any:
             f"{final['message'] if known else 'the pipeline was stopped'}; the cleanup stages ran"
         )
         code = final.get("code") if isinstance(final, dict) else None
+        if code == ErrorCode.CANCELED:
+            raise Canceled("the pipeline was canceled; the cleanup stages ran")
         error.code = code if isinstance(code, str) else ErrorCode.ABANDONED
         raise error
     return _Runner(pipeline, task, state).run()

@@ -1,13 +1,10 @@
-"""Bugs found while making the seed real (the fixed ones keep their tests), and the one gap
-left, pinned as a strict xfail: when it is closed the test passes and the marker must go.
-"""
+"""Bugs found while making the seed real; each was fixed and keeps its test."""
 
 from __future__ import annotations
 
 import signal
 import time
 
-import pytest
 from examples.async_job_watcher import actions
 
 from outlast.model import Status
@@ -26,11 +23,6 @@ def test_a_pipeline_name_can_be_registered_again_by_its_module() -> None:
     Pipeline("ajw_twice", [Stage("only", _noop)])  # e.g. a module re-run, or build() twice
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap: after a cancel the job is terminal, so the ALL_DONE stage's events and "
-    "checkpoint are fenced out (machine.report/update_payload): it runs, but nobody can see it",
-)
 def test_cancel_records_the_cleanup_stage(env: Env) -> None:
     task = pipelines.SLOW.spawn(env.payload(delay=30.0))
     polling(env, task)

@@ -289,6 +289,8 @@ def cancel(job_id: str, as_json: bool, store_url: str | None) -> None:
         _print_job(after, True)
     elif before.terminal:
         click.echo(f"{job_id} had already {before.status}; nothing to cancel")
+    elif not after.terminal:
+        click.echo(f"{job_id} cancel requested: its cleanup stages run first")
     else:
         click.echo(f"{job_id} canceled")
 

@@ -218,6 +218,7 @@ class Pool:
             try:
                 state = slot.task.state()
                 lost = state.status != Status.RUNNING or state.attempts != slot.task.attempt
+                lost = lost or bool(state.payload.get("canceling"))  # its cleanup, then done
             except OutlastError:
                 lost = True
             if lost:
