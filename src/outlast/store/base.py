@@ -212,10 +212,13 @@ class Store(abc.ABC):
         queues: builtins.list[str] | None = None,
         kinds: builtins.list[Kind] | None = None,
     ) -> builtins.list[Task]:
-        """Atomically take up to ``limit`` due pending jobs, oldest first, with their locks.
+        """Atomically take up to ``limit`` due pending jobs of ``queues`` and ``kinds``, oldest
+        first, as this process (``worker`` may only name it).
 
-        Two claimers never get the same job. The returned tasks hold their worker locks and
-        carry their attempt token, so their writes are refused once they lose the job.
+        Two claimers never get the same job. The jobs stay alive while this process lives: on
+        the local stores its liveness lock covers them, on PostgreSQL each task holds an
+        advisory lock (drop it with ``release_worker_lock`` once the outcome is written). Each
+        task carries its attempt token, so its writes are refused once it loses the job.
         """
         if limit < 1:
             raise InvalidInput("limit must be >= 1")
