@@ -43,10 +43,29 @@ class LogWriter:
         return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
     def write(self, data: bytes) -> None:
-        """Append ``data``, rotating first if it would pass the cap; a chunk larger than the
-        cap keeps only its last ``cap`` bytes (the newest output)."""
+        """Append ``data``, rotating first if it would pass the cap.
+
+        A chunk larger than the cap supersedes everything before it: its last ``2 * cap``
+        bytes are kept, split over the two files, so the log always reads as one unbroken
+        tail of the output.
+        """
         if len(data) > self.cap:
-            data = data[-self.cap :]
+            keep = data[-2 * self.cap :]
+            os.close(self._fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.path}.1")
+            self._fd = os.open(
+                self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600
+            )
+            self._size = 0
+            self._append(keep[: -self.cap])
+            self._append(keep[-self.cap :])
+            return
+        self._append(data)
+
+    def _append(self, data: bytes) -> None:
+        if not data:
+            return
         if self._size + len(data) > self.cap and self._size > 0:
             os.close(self._fd)
             os.replace(self.path, f"{self.path}.1")
