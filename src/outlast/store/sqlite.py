@@ -352,24 +352,20 @@ class SQLiteStore(_local.LocalStore):
                 return []
         claimed: list[tuple[JobState, Any]] = []
         with self._write("claim") as conn:
-            try:
-                for (job_id,) in conn.execute(sql, (*args, limit * 2)).fetchall():
-                    if len(claimed) >= limit:
-                        break
-                    try:
-                        state, seq = self._read_with(conn, job_id)
-                        change = machine.start(state, worker, now)
-                    except CorruptJob as exc:
-                        _local.log.warning("not claiming a corrupt job: %s", exc)
-                        change = None
-                    if change is None:
-                        continue
-                    self._update(conn, state, change.state, seq, list(change.events))
-                    # no per-job lock: the claimer's liveness lock covers the job
-                    claimed.append((change.state, None))
-            except BaseException:
-                claimed.clear()
-                raise
+            for (job_id,) in conn.execute(sql, (*args, limit * 2)).fetchall():
+                if len(claimed) >= limit:
+                    break
+                try:
+                    state, seq = self._read_with(conn, job_id)
+                    change = machine.start(state, worker, now)
+                except CorruptJob as exc:
+                    _local.log.warning("not claiming a corrupt job: %s", exc)
+                    change = None
+                if change is None:
+                    continue
+                self._update(conn, state, change.state, seq, list(change.events))
+                # no per-job lock: the claimer's liveness lock covers the job
+                claimed.append((change.state, None))
         for state, _ in claimed:
             self.parts.pulse(state.id, False)
         return claimed
