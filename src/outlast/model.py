@@ -89,7 +89,9 @@ def format_time(value: datetime | None) -> str | None:
     """ISO 8601 in UTC with microseconds, e.g. ``2026-11-29T18:11:10.123456+00:00``."""
     if value is None:
         return None
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.isoformat(timespec="microseconds")
 
 
 def parse_time(value: object, what: str) -> datetime | None:
@@ -101,6 +103,8 @@ def parse_time(value: object, what: str) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:
         raise CorruptJob(f"{what} is not an ISO 8601 time: {value!r}") from exc
+    if parsed.tzinfo is UTC:
+        return parsed
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)

@@ -19,7 +19,7 @@ from outlast.model import (
     Status,
     check_transition,
 )
-from outlast.store import Store
+from outlast.store import Store, _local
 
 #: DESIGN.md, "The job document", plus ``pid_started_at`` (an addition).
 DOC_FIELDS = {
@@ -118,6 +118,28 @@ def test_round_trip_keeps_microseconds_and_the_instant_of_non_utc_times() -> Non
     assert again.started_at == T0 + timedelta(0)  # same instant
     assert again.started_at is not None and again.started_at.microsecond == T0.microsecond
     assert again == state
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        full_state(),
+        JobState(id="minimal", kind=Kind.FUNCTION, name="f"),
+        full_state().evolve(created_at=T0.replace(microsecond=0)),  # orjson would drop ".000000"
+        full_state().evolve(started_at=T0.astimezone(timezone(timedelta(hours=5)))),
+        full_state().evolve(payload={"big": 2**70}),  # beyond orjson's 64-bit integers
+    ],
+    ids=["full", "minimal", "whole-second", "non-utc", "big-int"],
+)
+def test_the_stored_encoding_is_exactly_to_dict(state: JobState) -> None:
+    """The fast encoder (orjson over the dataclass) writes what ``to_dict`` says, times
+    always with microseconds, whatever path it takes."""
+    raw = _local.encode(state)
+    assert json.loads(raw) == state.to_dict()
+    assert _local.decode(state.id, raw) == state
+    for name in (*TIME_FIELDS, "pid_started_at", "created_at"):
+        value = json.loads(raw)[name]
+        assert value is None or (len(value) == 32 and value.endswith("+00:00")), (name, value)
 
 
 def test_progress_event_round_trip() -> None:

@@ -342,3 +342,76 @@ def test_missing_job(store: Store) -> None:
         store.open("nosuchjob").cancel()
     with pytest.raises(JobNotFound):
         store.delete("nosuchjob")
+
+
+def test_many_outcomes_in_one_write_each_land_on_their_own_job(store: Store) -> None:
+    """The batched write of a pool: several jobs, one transaction, each with its own events;
+    an unknown job in the batch is skipped, and the same job twice sees its first change."""
+    from outlast import machine
+    from outlast.model import utcnow
+
+    for i in range(5):
+        store.create(name=f"j{i}")
+    tasks = store.claim(limit=5)
+    assert len(tasks) == 5
+    items = [
+        (t.id, lambda s, t=t: machine.succeed(s, t.attempt, {"n": t.id}, utcnow())) for t in tasks
+    ]
+    items.insert(2, ("nosuchjob", lambda s: None))
+    first = tasks[0]
+    late = EventStatus.PROGRESS
+    items.append(
+        (first.id, lambda s: machine.report(s, first.attempt, "late", late, None, None, utcnow()))
+    )
+    results = store._modify_many(items)
+    assert [r[0].id for r in results] == [t.id for t in tasks] + [first.id]
+    for task in tasks:
+        state = store.get(task.id)
+        assert state.status == Status.SUCCEEDED and state.result == {"n": task.id}
+        assert statuses(store, task.id) == [(1, "job", "started"), (2, "job", "completed")]
+    # the repeated job was read again after its first change: terminal, so nothing more
+    assert results[-1] == (store.get(first.id), [])
+
+
+def test_the_same_job_twice_in_one_batch_gets_both_changes_in_order(store: Store) -> None:
+    from outlast import machine
+    from outlast.model import utcnow
+
+    store.create(name="j")
+    task = claim_one(store)
+
+    def report(step: str) -> tuple[str, object]:
+        return (
+            task.id,
+            lambda s: machine.report(
+                s, task.attempt, step, EventStatus.PROGRESS, None, 5, utcnow()
+            ),
+        )
+
+    results = store._modify_many([report("a"), report("b")])
+    assert [[e.seq for e in events] for _, events in results] == [[2], [3]]
+    assert statuses(store, task.id)[1:] == [(2, "a", "progress"), (3, "b", "progress")]
+    assert store.get(task.id).step == "b"
+
+
+def test_jobs_of_a_dead_namesake_are_failed_over_when_this_process_goes_live(
+    store: Store,
+) -> None:
+    """A job left ``running`` under this process's ``host:pid`` by an earlier process that had
+    the same PID would look alive once we hold our liveness lock: the first claim fails it
+    over first (and leaves other workers' jobs alone)."""
+    from outlast import machine
+    from outlast.model import utcnow
+
+    if store.capabilities.spans_hosts:
+        pytest.skip("PostgreSQL locks each job itself; no per-process liveness to mistake")
+    me = worker_name()
+    ghost = store.create(name="ghost", max_attempts=1)
+    other = store.create(name="other")
+    store._modify(ghost.id, lambda s: machine.start(s, me, utcnow()))  # behind our own back
+    store._modify(other.id, lambda s: machine.start(s, "elsewhere:1", utcnow()))
+    assert store.claim() == []
+    state = store.get(ghost.id)
+    assert state.status == Status.FAILED and state.error is not None
+    assert state.error.code == "abandoned"
+    assert store.get(other.id).status == Status.RUNNING

@@ -50,7 +50,8 @@ log = logging.getLogger("outlast.worker")
 RECONCILE_EVERY = 1.0
 CHECK_EVERY = 0.05  # at most this often, the running jobs are checked for a cancel
 CANCEL_GRACE_MAX = 10.0
-FLUSH_DELAY = 0.002  # seconds an outcome may wait to be written with others
+FLUSH_DELAY = 0.005  # seconds an outcome may wait to be written with others (when busy)
+FLUSH_BATCH = 16  # outcomes written at once without waiting out FLUSH_DELAY
 PREFETCH = 4  # jobs claimed ahead per process: claims are batched, at the cost of holding them
 
 
@@ -169,7 +170,7 @@ class Pool:
         if done and not self._unwritten:
             self._flush_at = time.monotonic() + FLUSH_DELAY
         self._unwritten.extend(done)
-        if len(self._unwritten) >= self.concurrency:
+        if len(self._unwritten) >= max(FLUSH_BATCH, self.concurrency):
             self._flush()
 
     def _flush(self) -> None:
@@ -187,20 +188,27 @@ class Pool:
         self.processed += len(done)
 
     def _fill(self) -> int:
-        """Claim when fewer jobs are at hand than idle processes plus one each, then up to
-        ``PREFETCH`` per process (one transaction for many claims); start what can start."""
-        idle = [s for s in self.slots if s.task is None]
+        """Start what can start from the jobs at hand; claim when fewer are at hand than idle
+        processes plus one each, then up to ``PREFETCH`` per process (one transaction for
+        many claims), and start those too."""
+        self._start_idle()
+        idle = sum(1 for s in self.slots if s.task is None)
         claimed = 0
-        if not self.stopping and len(self.backlog) < len(idle) + self.concurrency:
-            want = len(idle) + PREFETCH * self.concurrency - len(self.backlog)
+        if not self.stopping and len(self.backlog) < idle + self.concurrency:
+            want = idle + PREFETCH * self.concurrency - len(self.backlog)
             tasks = self.store.claim(self.name, want, self.queues, [Kind.FUNCTION, Kind.PIPELINE])
             self.backlog.extend(tasks)
             claimed = len(tasks)
-        for slot in idle:
-            if not self.backlog or self.stopping:
-                break
-            self._assign(slot, self.backlog.popleft())
+            self._start_idle()
         return claimed
+
+    def _start_idle(self) -> None:
+        """Hand the jobs at hand to idle processes."""
+        for slot in self.slots:
+            if not self.backlog or self.stopping:
+                return
+            if slot.task is None:
+                self._assign(slot, self.backlog.popleft())
 
     def _retries_pending(self) -> bool:
         """Whether a job of our queues waits out a retry backoff (a burst run waits for it)."""
@@ -271,6 +279,7 @@ class Pool:
                 )
                 done.append((slot.task, Outcome("fail", error=error)))
             self._restart(slot)
+        self._start_idle()  # the freed processes go on at once; the outcomes are written next
         self._record(done)
 
     def _handle_deadlines(self) -> None:

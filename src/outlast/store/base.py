@@ -411,11 +411,18 @@ class Store(abc.ABC):
             if getattr(self, "_live_as", None) == (os.getpid(), me):
                 return
             if self._hold_liveness(me):
-                for status in (Status.RUNNING, Status.PENDING):
-                    for state in self.list(status=status, limit=None):
-                        if state.worker == me:
-                            self._modify(state.id, lambda s: _namesake(s, me))
+                for state in self._held_by(me):
+                    self._modify(state.id, lambda s: _namesake(s, me))
             self._live_as = (os.getpid(), me)
+
+    def _held_by(self, worker: str) -> builtins.list[JobState]:
+        """The running and pending jobs that name ``worker`` (adapters may narrow the read)."""
+        return [
+            state
+            for status in (Status.RUNNING, Status.PENDING)
+            for state in self.list(status=status, limit=None)
+            if state.worker == worker
+        ]
 
 
 def _namesake(state: JobState, me: str) -> Change | None:

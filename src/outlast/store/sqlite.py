@@ -29,7 +29,7 @@ from typing import Any
 from outlast import machine, paths
 from outlast.errors import CorruptJob, JobActive, JobNotFound, StoreError
 from outlast.model import JobState, Kind, ProgressEvent, Status, format_time, utcnow
-from outlast.store import _local
+from outlast.store import _local, notify
 from outlast.store.base import Transition
 
 SCHEMA_VERSION = 1
@@ -227,35 +227,71 @@ class SQLiteStore(_local.LocalStore):
         with _translated(f"read {job_id}"):
             return self._read_with(self._conn(), job_id)[0]
 
+    def _read_many(self, conn: sqlite3.Connection, ids: list[str]) -> dict[str, tuple[Any, int]]:
+        """``id -> (stored document, seq)`` of those of ``ids`` that exist, in few queries."""
+        found: dict[str, tuple[Any, int]] = {}
+        unique = list(dict.fromkeys(ids))
+        for start in range(0, len(unique), 500):
+            chunk = unique[start : start + 500]
+            sql = f"SELECT id, doc, seq FROM jobs WHERE id IN ({','.join('?' * len(chunk))})"
+            for job_id, doc, seq in conn.execute(sql, chunk):
+                found[job_id] = (doc, seq)
+        return found
+
     def _update(
         self, conn: sqlite3.Connection, old: JobState, new: JobState, seq: int, events: list[Any]
     ) -> list[ProgressEvent]:
-        stored: list[ProgressEvent] = []
-        if events:
-            now = utcnow()
+        return self._update_many(conn, [(old, new, seq, events)])[0]
+
+    def _update_many(
+        self, conn: sqlite3.Connection, changes: list[tuple[JobState, JobState, int, list[Any]]]
+    ) -> list[list[ProgressEvent]]:
+        """Write several transitions (old state, new state, stored seq, new events) with one
+        statement for all their events and one for all their rows; returns the stored events."""
+        now = utcnow()
+        stored_all: list[list[ProgressEvent]] = []
+        event_rows: list[tuple[str, int, bytes]] = []
+        job_rows: list[tuple[Any, ...]] = []
+        full: list[tuple[Any, ...]] = []
+        for old, new, seq, events in changes:
+            stored: list[ProgressEvent] = []
             for event in events:
                 seq += 1
                 stored.append(
                     ProgressEvent(new.id, seq, now, event.step, event.status, event.message)
                 )
+            event_rows += [(e.job_id, e.seq, _local.encode_event(e)) for e in stored]
+            doc = _local.encode(new)
+            if (new.queue, new.kind, new.created_at) == (old.queue, old.kind, old.created_at):
+                # the columns that never change are left out: their indexes stay untouched
+                job_rows.append(
+                    (str(new.status), new.worker, format_time(new.run_after), doc, seq, new.id)
+                )
+            else:
+                full.append((*self._row(new), seq, new.id))
+            self._remember(new, doc)  # checked against the stored bytes when read back
+            if new.labels != old.labels:
+                conn.execute("DELETE FROM labels WHERE job_id = ?", (new.id,))
+                conn.executemany(
+                    "INSERT INTO labels (job_id, key, value) VALUES (?, ?, ?)",
+                    [(new.id, k, v) for k, v in new.labels.items()],
+                )
+            stored_all.append(stored)
+        if event_rows:
+            conn.executemany("INSERT INTO events (job_id, seq, doc) VALUES (?, ?, ?)", event_rows)
+        if job_rows:
             conn.executemany(
-                "INSERT INTO events (job_id, seq, doc) VALUES (?, ?, ?)",
-                [(e.job_id, e.seq, _local.encode_event(e)) for e in stored],
+                "UPDATE jobs SET status = ?, worker = ?, run_after = ?, doc = ?, seq = ?"
+                " WHERE id = ?",
+                job_rows,
             )
-        row = self._row(new)
-        conn.execute(
-            "UPDATE jobs SET status = ?, kind = ?, queue = ?, worker = ?, run_after = ?,"
-            " created_at = ?, doc = ?, seq = ? WHERE id = ?",
-            (*row, seq, new.id),
-        )
-        self._remember(new, row[-1])  # checked against the stored bytes when read back
-        if new.labels != old.labels:
-            conn.execute("DELETE FROM labels WHERE job_id = ?", (new.id,))
+        if full:
             conn.executemany(
-                "INSERT INTO labels (job_id, key, value) VALUES (?, ?, ?)",
-                [(new.id, k, v) for k, v in new.labels.items()],
+                "UPDATE jobs SET status = ?, kind = ?, queue = ?, worker = ?, run_after = ?,"
+                " created_at = ?, doc = ?, seq = ? WHERE id = ?",
+                full,
             )
-        return stored
+        return stored_all
 
     def _modify(self, job_id: str, fn: Transition) -> tuple[JobState, list[ProgressEvent]]:
         with self._write(f"update {job_id}") as conn:
@@ -270,13 +306,25 @@ class SQLiteStore(_local.LocalStore):
     def _modify_many(
         self, items: list[tuple[str, Transition]]
     ) -> list[tuple[JobState, list[ProgressEvent]]]:
-        """All in one transaction: a job that cannot be read is skipped (logged), not fatal."""
+        """All in one transaction, with one read of all the rows and one write of all the
+        changes: a job that cannot be read is skipped (logged), not fatal."""
         results: list[tuple[JobState, list[ProgressEvent]]] = []
         pulses: list[tuple[str, bool]] = []
         with self._write("update many") as conn:
+            rows = self._read_many(conn, [job_id for job_id, _ in items])
+            changes: list[tuple[JobState, JobState, int, list[Any]]] = []
+            places: list[int] = []  # where each change's result sits in ``results``
+            pending: set[str] = set()  # jobs with a change not written yet
             for job_id, fn in items:
+                if job_id in pending:  # the same job again: write what it has first
+                    self._write_changes(conn, changes, places, results)
+                    changes, places, pending = [], [], set()
+                    rows.update(self._read_many(conn, [job_id]))
                 try:
-                    state, seq = self._read_with(conn, job_id)
+                    if job_id not in rows:
+                        raise JobNotFound(f"no job {job_id}")
+                    doc, seq = rows[job_id]
+                    state = self._decode(job_id, doc)
                 except (JobNotFound, CorruptJob) as exc:
                     _local.log.warning("not updating job %s: %s", job_id, exc)
                     continue
@@ -284,12 +332,33 @@ class SQLiteStore(_local.LocalStore):
                 if change is None:
                     results.append((state, []))
                     continue
-                events = self._update(conn, state, change.state, seq, list(change.events))
-                results.append((change.state, events))
+                changes.append((state, change.state, seq, list(change.events)))
+                pending.add(job_id)
+                places.append(len(results))
+                results.append((change.state, []))
                 pulses.append((job_id, change.claimable))
-        for job_id, claimable in pulses:
-            self.parts.pulse(job_id, claimable)
+            self._write_changes(conn, changes, places, results)
+        self._pulse_many(pulses)
         return results
+
+    def _write_changes(
+        self,
+        conn: sqlite3.Connection,
+        changes: list[tuple[JobState, JobState, int, list[Any]]],
+        places: list[int],
+        results: list[tuple[JobState, list[ProgressEvent]]],
+    ) -> None:
+        if changes:
+            for place, events in zip(places, self._update_many(conn, changes), strict=True):
+                results[place] = (results[place][0], events)
+
+    def _pulse_many(self, pulses: list[tuple[str, bool]]) -> None:
+        """Wake the waiters of several jobs: each channel once."""
+        channels = {notify.job_channel(job_id) for job_id, _ in pulses}
+        if any(claimable for _, claimable in pulses):
+            channels.add(notify.QUEUE)
+        if channels:
+            self.parts.pulses.pulse(sorted(channels))
 
     def _select(
         self, status: Status | None, labels: dict[str, str], limit: int | None, before: str | None
@@ -317,6 +386,11 @@ class SQLiteStore(_local.LocalStore):
                 sql += f" LIMIT {int(limit)}"
             rows = conn.execute(sql, args).fetchall()
         return _local.decode_listing(rows)
+
+    def _held_by(self, worker: str) -> list[JobState]:
+        sql = "SELECT id, doc FROM jobs WHERE worker = ? AND status IN ('running', 'pending')"
+        with _translated("list"):
+            return _local.decode_listing(self._conn().execute(sql, (worker,)).fetchall())
 
     def _remove(self, job_id: str, force: bool) -> None:
         with self._write(f"delete {job_id}") as conn:
@@ -350,25 +424,25 @@ class SQLiteStore(_local.LocalStore):
         with _translated("claim"):  # nothing due: no write lock taken (idle pools stay cheap)
             if self._conn().execute(sql, (*args, 1)).fetchone() is None:
                 return []
-        claimed: list[tuple[JobState, Any]] = []
+        sql = sql.replace("SELECT id ", "SELECT id, doc, seq ", 1)
+        changes: list[tuple[JobState, JobState, int, list[Any]]] = []
         with self._write("claim") as conn:
-            for (job_id,) in conn.execute(sql, (*args, limit * 2)).fetchall():
-                if len(claimed) >= limit:
+            for job_id, doc, seq in conn.execute(sql, (*args, limit * 2)).fetchall():
+                if len(changes) >= limit:
                     break
                 try:
-                    state, seq = self._read_with(conn, job_id)
+                    state = self._decode(job_id, doc)
                     change = machine.start(state, worker, now)
                 except CorruptJob as exc:
                     _local.log.warning("not claiming a corrupt job: %s", exc)
                     change = None
-                if change is None:
-                    continue
-                self._update(conn, state, change.state, seq, list(change.events))
-                # no per-job lock: the claimer's liveness lock covers the job
-                claimed.append((change.state, None))
-        for state, _ in claimed:
-            self.parts.pulse(state.id, False)
-        return claimed
+                if change is not None:
+                    changes.append((state, change.state, seq, list(change.events)))
+            if changes:
+                self._update_many(conn, changes)
+        self._pulse_many([(new.id, False) for _, new, _, _ in changes])
+        # no per-job lock: the claimer's liveness lock covers the job
+        return [(new, None) for _, new, _, _ in changes]
 
     def _events(self, job_id: str, after: int, limit: int | None) -> list[ProgressEvent]:
         sql = "SELECT doc FROM events WHERE job_id = ? AND seq > ? ORDER BY seq"
