@@ -43,15 +43,17 @@ def _call(spec: registry.JobSpec, task: Task, state: JobState) -> Any:
     return spec.fn(*args, **kwargs)
 
 
-def run_attempt(store: Store, job_id: str, attempt: int) -> Outcome:
+def run_attempt(store: Store, job_id: str, attempt: int, state: JobState | None = None) -> Outcome:
     """Run attempt ``attempt`` of ``job_id`` here and say how it ended (nothing is written
-    but what the job reports itself)."""
+    but what the job reports itself). ``state``: the job as claimed, when the caller has it
+    (else it is read from the store)."""
     task = Task(store, job_id, attempt=attempt)
-    try:
-        state = store.get(job_id)
-    except OutlastError as exc:
-        log.warning("cannot run job %s: %s", job_id, exc)
-        return Outcome("gone")
+    if state is None:
+        try:
+            state = store.get(job_id)
+        except OutlastError as exc:
+            log.warning("cannot run job %s: %s", job_id, exc)
+            return Outcome("gone")
     context.enter(context.JobContext(task, state))
     try:
         try:

@@ -2,7 +2,8 @@
 
 Started by the pool as ``python -m outlast.run.jobproc FD STORE_URL [MODULE…]`` (not through
 multiprocessing, which would re-import the user's ``__main__``). ``FD`` is its end of a socket
-pair carrying ``(job_id, attempt)`` in and the attempt's outcome back out; the pool writes it.
+pair carrying ``(job_id, attempt, document)`` in and the attempt's outcome back out; the pool
+writes it. The document is the job as claimed, so a job starts without reading the store.
 It dies with its pool (parent-death signal) and ignores SIGINT/SIGTERM, which are the pool's
 to handle; SIGUSR1 tells the running job that it was canceled.
 """
@@ -28,6 +29,8 @@ def main(argv: list[str]) -> int:
     if extra:
         sys.path[:0] = [p for p in json.loads(extra) if p not in sys.path]
     conn = Connection(int(argv[0]))
+    from outlast import codec
+    from outlast.errors import CorruptJob
     from outlast.run import context, registry
     from outlast.run.execute import run_attempt
     from outlast.store import open_store
@@ -43,8 +46,12 @@ def main(argv: list[str]) -> int:
             return 0
         if message is None:
             return 0
-        job_id, attempt = message
-        conn.send(run_attempt(store, job_id, attempt))
+        job_id, attempt, doc = message
+        try:
+            state = codec.decode(job_id, doc)
+        except CorruptJob:
+            state = None  # read it from the store instead, which says what is wrong
+        conn.send(run_attempt(store, job_id, attempt, state))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from outlast import config
+from outlast import codec, config
 from outlast.errors import InvalidInput, OutlastError
 from outlast.ids import check_queue
 from outlast.model import ErrorCode, ErrorInfo, Kind, Status
@@ -52,7 +52,7 @@ CHECK_EVERY = 0.05  # at most this often, the running jobs are checked for a can
 CANCEL_GRACE_MAX = 10.0
 FLUSH_DELAY = 0.005  # seconds an outcome may wait to be written with others (when busy)
 FLUSH_BATCH = 16  # outcomes written at once without waiting out FLUSH_DELAY
-PREFETCH = 4  # jobs claimed ahead per process: claims are batched, at the cost of holding them
+PREFETCH = 8  # jobs claimed ahead per process: claims are batched, at the cost of holding them
 
 
 class JobProcess:
@@ -162,7 +162,8 @@ class Pool:
         now = time.monotonic()
         slot.task, slot.kill_at = task, None
         slot.deadline = now + float(timeout) if isinstance(timeout, int | float) else None
-        slot.conn.send((task.id, task.attempt))
+        # the claimed state goes along, so the job process need not read it back
+        slot.conn.send((task.id, task.attempt, codec.encode(state)))
 
     def _record(self, done: list[tuple[Task, Outcome]]) -> None:
         """Queue outcomes to be written together: at once when one per process is waiting,

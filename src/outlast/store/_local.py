@@ -1,26 +1,26 @@
 """What the two single-machine adapters (sqlite, files) share: the folder, its permissions,
-the flock worker locks, the pulse files that wake waiters, and JSON (de)serialisation."""
+the flock worker locks and the pulse files that wake waiters. The JSON of the stored
+documents is :mod:`outlast.codec` (re-exported here for the adapters)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import stat
 import threading
 from collections.abc import Iterable
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from outlast import paths
+from outlast.codec import decode, encode, encode_event
 from outlast.errors import CorruptJob, StoreError
-from outlast.model import JobState, ProgressEvent
+from outlast.model import JobState
 from outlast.store import notify
 from outlast.store.base import Capabilities, Store
 from outlast.store.locks import WorkerLocks
+
+__all__ = ["decode", "encode", "encode_event"]  # the codec, for the adapters
 
 log = logging.getLogger("outlast.store")
 
@@ -47,64 +47,6 @@ def make_private_dir(path: Path) -> Path:
     return path
 
 
-def _dumps(value: Any) -> bytes:
-    """Compact JSON; orjson when it can (several times faster, on every transition's path),
-    the standard library for what orjson refuses (integers beyond 64 bits)."""
-    try:
-        return orjson.dumps(value)
-    except TypeError:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
-
-
-def _loads(text: str) -> Any:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)  # a big integer orjson refuses, or a real error (raised here)
-
-
-_TIMES = ("run_after", "pid_started_at", "created_at", "started_at", "updated_at", "finished_at")
-
-
-def encode(state: JobState) -> bytes:
-    """The stored document: exactly ``state.to_dict()`` as compact JSON.
-
-    orjson writes the frozen dataclass itself (3x faster than building the dict first, and
-    this is on every transition's path). It would write a time whose microsecond is 0
-    without its fraction, so such a (rare) state goes through ``to_dict``, like anything
-    orjson refuses, and every stored time keeps the one format.
-    """
-    for name in _TIMES:
-        value = getattr(state, name)
-        if value is not None and (value.microsecond == 0 or value.tzinfo is not UTC):
-            return _dumps(state.to_dict())
-    try:
-        return orjson.dumps(state)
-    except TypeError:
-        return _dumps(state.to_dict())
-
-
-def decode(job_id: str, raw: bytes | str | None) -> JobState:
-    """Parse a stored document; :class:`CorruptJob` names the job and says what is wrong."""
-    try:
-        if raw is None or len(raw) == 0:
-            raise CorruptJob("the document is empty")
-        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        data = _loads(text)
-        state = JobState.from_dict(data)
-    except CorruptJob as exc:
-        raise CorruptJob(f"job {job_id} is corrupt: {exc.message}") from exc
-    except UnicodeDecodeError as exc:
-        raise CorruptJob(f"job {job_id} is corrupt: not valid UTF-8 ({exc.reason})") from exc
-    except ValueError as exc:
-        raise CorruptJob(f"job {job_id} is corrupt: not valid JSON ({exc})") from exc
-    except TypeError as exc:
-        raise CorruptJob(f"job {job_id} is corrupt: {exc}") from exc
-    if state.id != job_id:
-        raise CorruptJob(f"job {job_id} is corrupt: the document names job {state.id!r}")
-    return state
-
-
 def decode_listing(rows: Iterable[tuple[str, bytes | str | None]]) -> list[JobState]:
     """The jobs of a listing's ``(id, document)`` rows; a corrupt one is skipped, with a
     warning, instead of failing the whole listing."""
@@ -115,10 +57,6 @@ def decode_listing(rows: Iterable[tuple[str, bytes | str | None]]) -> list[JobSt
         except CorruptJob as exc:
             log.warning("skipping a corrupt job in the listing: %s", exc)
     return states
-
-
-def encode_event(event: ProgressEvent) -> bytes:
-    return _dumps(event.to_dict())
 
 
 class LocalParts:
