@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from outlast import machine
+from outlast.errors import InvalidInput
 from outlast.model import JobState, Kind, Status, utcnow
 
 
@@ -61,3 +64,49 @@ def test_a_released_attempt_keeps_its_fencing_token() -> None:
     assert change is not None
     assert change.state.attempts == 1 and change.state.max_attempts == 2
     assert machine.fenced_out(change.state, 1)  # the old worker can no longer write
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, True, 0, -(2**80), 1.5, "ü", [], {}, (1, "a"), {"a": [1, {"b": None}]}],
+    ids=repr,
+)
+def test_check_json_accepts_strict_json(value: object) -> None:
+    assert machine.check_json(value, "x") is value
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _cycle() -> object:
+    value: list[object] = []
+    value.append(value)
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        (float("nan"), "not a JSON number"),
+        (float("-inf"), "not a JSON number"),
+        ({1: "a"}, "keys are strings"),
+        ({1, 2}, "type set is not JSON"),
+        (b"x", "type bytes is not JSON"),
+        ({"a": [object()]}, "type object is not JSON"),
+        (_nested(machine.MAX_JSON_DEPTH + 1), "nested deeper"),
+        (_cycle(), "nested deeper"),
+    ],
+    ids=["nan", "inf", "int-key", "set", "bytes", "object", "deep", "cycle"],
+)
+def test_check_json_refuses_what_is_not_json_and_says_what(value: object, says: str) -> None:
+    with pytest.raises(InvalidInput, match=f"^x must be JSON: .*{says}"):
+        machine.check_json(value, "x")
+
+
+def test_check_json_takes_the_deepest_allowed_nesting() -> None:
+    value = _nested(machine.MAX_JSON_DEPTH - 1)
+    assert machine.check_json(value, "x") is value

@@ -8,7 +8,7 @@ in the same write as the state, so a watcher that sees a terminal state also see
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,29 +47,45 @@ class Change:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def check_json(value: Any, what: str) -> Any:
-    """Return ``value`` if it is strict JSON (no NaN, str keys); else :class:`InvalidInput`.
+MAX_JSON_DEPTH = 500  # nesting a JSON value may have (the standard library's parser allows ~1000)
 
+
+def check_json(value: Any, what: str) -> Any:
+    """Return ``value`` if it is strict JSON, else :class:`InvalidInput` saying what is wrong.
+
+    Strict JSON: ``None``, ``bool``, ``int``, finite ``float``, ``str``, lists (or tuples) and
+    objects with string keys, nested at most ``MAX_JSON_DEPTH`` deep, without cycles.
     ``json.dumps`` would quietly turn ``{1: "a"}`` into ``{"1": "a"}``; such a value is refused
-    instead, so what is stored is exactly what was given.
+    instead, so what is stored is exactly what was given. A walk over the types, not an
+    encoding: this is on every job's path (arguments, results, reports).
     """
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{what} must be JSON: {exc}") from None
-    _check_keys(value, what)
+    _check_value(value, what, 0)
     return value
 
 
-def _check_keys(value: Any, what: str) -> None:
+_SCALARS = (str, int, type(None))  # bool is an int
+
+
+def _check_value(value: Any, what: str, depth: int) -> None:
+    if isinstance(value, _SCALARS):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInput(f"{what} must be JSON: {value!r} is not a JSON number")
+        return
+    if depth >= MAX_JSON_DEPTH:
+        raise InvalidInput(f"{what} must be JSON: nested deeper than {MAX_JSON_DEPTH} (or a cycle)")
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidInput(f"{what} must be JSON: object keys are strings, not {key!r}")
-            _check_keys(item, what)
+            _check_value(item, what, depth + 1)
     elif isinstance(value, list | tuple):
         for item in value:
-            _check_keys(item, what)
+            _check_value(item, what, depth + 1)
+    else:
+        kind = type(value).__name__
+        raise InvalidInput(f"{what} must be JSON: type {kind} is not JSON ({value!r:.60})")
 
 
 def fenced_out(state: JobState, attempt: int | None) -> bool:

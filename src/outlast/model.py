@@ -249,9 +249,13 @@ class JobState:
     def evolve(self, **changes: Any) -> JobState:
         """A copy with ``changes`` applied (like ``dataclasses.replace``, without its
         per-call introspection: this is on every transition's path)."""
-        values = {name: getattr(self, name) for name in _FIELD_NAMES}
-        values.update(changes)
-        return JobState(**values)
+        unknown = changes.keys() - _FIELD_NAMES
+        if unknown:
+            raise TypeError(f"JobState has no fields {sorted(unknown)}")
+        new = object.__new__(JobState)
+        for name in _FIELD_ORDER:  # the frozen fields, set as __init__ would set them
+            _SET(new, name, changes[name] if name in changes else getattr(self, name))
+        return new
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -293,13 +297,14 @@ class JobState:
         for name in ("id", "kind", "name", "status"):
             if not isinstance(data.get(name), str):
                 raise CorruptJob(f"field {name!r} must be a string")
-        try:
-            kind, status = Kind(data["kind"]), Status(data["status"])
-        except ValueError as exc:
-            raise CorruptJob(str(exc)) from exc
-        values: dict[str, Any] = {k: v for k, v in data.items() if k not in _TIME_FIELDS}
+        kind, status = _KINDS.get(data["kind"]), _STATUSES.get(data["status"])
+        if kind is None:
+            raise CorruptJob(f"{data['kind']!r} is not a valid Kind")
+        if status is None:
+            raise CorruptJob(f"{data['status']!r} is not a valid Status")
+        values: dict[str, Any] = dict(data)
         values.update(kind=kind, status=status)
-        for name in (*_TIME_FIELDS, "pid_started_at"):
+        for name in _PARSED_TIMES:
             if name in data:
                 values[name] = parse_time(data[name], name)
         if values.get("created_at") is None:
@@ -312,7 +317,12 @@ class JobState:
         return cls(**values)
 
 
-_FIELD_NAMES = frozenset(f.name for f in fields(JobState))
+_FIELD_ORDER = tuple(f.name for f in fields(JobState))
+_FIELD_NAMES = frozenset(_FIELD_ORDER)
+_SET = object.__setattr__
+_KINDS = {k.value: k for k in Kind}
+_STATUSES = {s.value: s for s in Status}
+_PARSED_TIMES = (*_TIME_FIELDS, "pid_started_at")
 
 
 def _check_shapes(values: dict[str, Any]) -> None:

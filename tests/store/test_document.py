@@ -226,3 +226,14 @@ def test_stored_document_has_the_documented_fields_and_round_trips(store: Store)
     assert state.error is not None and state.error.type == "ValueError"
     for event in store.events(task.id):
         assert ProgressEvent.from_dict(json.loads(json.dumps(event.to_dict()))) == event
+
+
+def test_evolve_is_dataclasses_replace() -> None:
+    import dataclasses
+
+    state = full_state()
+    changes = {"status": Status.SUCCEEDED, "result": {"x": 1}, "worker": None}
+    assert state.evolve(**changes) == dataclasses.replace(state, **changes)
+    assert state.evolve() == state and state.evolve() is not state
+    with pytest.raises(TypeError, match="no fields"):
+        state.evolve(colour="red")

@@ -94,8 +94,8 @@ def transition(outcome: Outcome, attempt: int, keep_worker: bool = False) -> Any
         return lambda s: machine.fail(s, attempt, error, retry, base, utcnow(), keep_worker)
     if verb == "pause":
         return lambda s: machine.pause(s, attempt, outcome.value, utcnow())
-    if verb == "cancel":
-        return lambda s: machine.cancel(s, utcnow())
+    if verb == "cancel":  # only while the job is still this attempt's
+        return lambda s: None if machine.fenced_out(s, attempt) else machine.cancel(s, utcnow())
     return None
 
 

@@ -1,17 +1,21 @@
 """``outlast worker``: a pool that claims pending jobs and runs them, N at a time.
 
-The pool process claims jobs (atomically, with their worker locks) and hands each to one of N
-pre-started job processes (:mod:`outlast.run.jobproc`), reused from job to job so a job does
-not pay an interpreter start. A job process runs the job and sends back its outcome; the pool
-writes the outcomes that arrive together in one transaction, then drops those jobs' locks. If
-the pool dies, every job it held is seen as abandoned at once, and its job processes die with
-it (parent-death signal).
+The pool process claims jobs (atomically, with their worker locks) and hands each, with its
+claimed document, to one of N pre-started job processes (:mod:`outlast.run.jobproc`), reused
+from job to job so a job pays neither an interpreter start nor a read of the store. A job
+process runs the job and sends back its outcome; the pool gives that process its next job at
+once, then writes outcomes in batches (one transaction for up to ``FLUSH_BATCH``, at most
+``FLUSH_DELAY`` late while busy, at once when idle) and drops those jobs' locks. If the pool
+dies, every job it held is seen as abandoned at once, and its job processes die with it
+(parent-death signal).
 
 - Idle: sleeps with backoff doubling from ``WORKER_POLL_MIN`` to ``WORKER_POLL_MAX``, woken
   early by the store's notification when a job becomes claimable.
 - Prefetch: it claims in batches and holds up to ``PREFETCH`` claimed jobs per process beyond
-  those running, so a finished job is followed by the next without a round trip to the store.
-  A prefetched job shows as ``running``; if the pool dies it is retried like the others.
+  those running, so a finished job is followed by the next without a round trip to the store
+  (8 per process measured ~15% faster than 4 on the no-op benchmark). A prefetched job shows
+  as ``running`` with its attempt counted; SIGTERM gives it back uncounted, and if the pool is
+  killed it is retried like the others (or fails ``abandoned`` when it had no attempts left).
 - A job process that dies (segfault, ``os._exit``) fails only its job, which is retried while
   attempts are left; a fresh process takes its place.
 - Timeout: the job process is killed and the attempt fails with code ``timeout``.
@@ -88,6 +92,8 @@ class Slot:
     task: Task | None = None
     deadline: float | None = None
     kill_at: float | None = None
+    #: The job's worker lock was lost: whatever its process says, nothing is written.
+    lost: bool = False
 
 
 class Pool:
@@ -154,13 +160,14 @@ class Pool:
         fresh = self._start_process()
         slot.process, slot.conn = fresh.process, fresh.conn
         slot.task = slot.deadline = slot.kill_at = None
+        slot.lost = False
 
     # ------------------------------------------------------------ jobs
     def _assign(self, slot: Slot, task: Task) -> None:
         state = task.snapshot or task.state()
         timeout = state.payload.get("timeout")
         now = time.monotonic()
-        slot.task, slot.kill_at = task, None
+        slot.task, slot.kill_at, slot.lost = task, None, False
         slot.deadline = now + float(timeout) if isinstance(timeout, int | float) else None
         # the claimed state goes along, so the job process need not read it back
         slot.conn.send((task.id, task.attempt, codec.encode(state)))
@@ -242,6 +249,7 @@ class Pool:
             task = slot.task
             if task is not None and slot.kill_at is None and not task.lock_alive():
                 log.warning("lost the worker lock of job %s: stopping it", task.id)
+                slot.lost = True
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(slot.process.pid, signal.SIGUSR1)
                 slot.kill_at = time.monotonic() + min(self.grace, CANCEL_GRACE_MAX)
@@ -266,8 +274,11 @@ class Pool:
                     died.append(slot)
                     continue
                 if slot.task is not None:
-                    done.append((slot.task, outcome))
+                    # a job stopped for a lost lock is not canceled: it is abandoned, and
+                    # whoever reconciles it fails it over
+                    done.append((slot.task, Outcome("gone") if slot.lost else outcome))
                 slot.task = slot.deadline = slot.kill_at = None
+                slot.lost = False
             elif slot.process.sentinel >= 0 and slot.process.sentinel in ready:
                 died.append(slot)
         for slot in died:
@@ -278,7 +289,7 @@ class Pool:
                 error = ErrorInfo(
                     ErrorCode.ERROR, f"the job's process died ({what})", type="WorkerDied"
                 )
-                done.append((slot.task, Outcome("fail", error=error)))
+                done.append((slot.task, Outcome("gone" if slot.lost else "fail", error=error)))
             self._restart(slot)
         self._start_idle()  # the freed processes go on at once; the outcomes are written next
         self._record(done)
