@@ -173,8 +173,9 @@ class Pool:
         slot.conn.send((task.id, task.attempt, codec.encode(state)))
 
     def _record(self, done: list[tuple[Task, Outcome]]) -> None:
-        """Queue outcomes to be written together: at once when one per process is waiting,
-        else within ``FLUSH_DELAY`` (a job's outcome lands at most that much later)."""
+        """Queue outcomes to be written together: at once when ``FLUSH_BATCH`` (or one per
+        process) are waiting, else within ``FLUSH_DELAY`` (a job's outcome lands at most that
+        much later; the loop writes at once when no job is running)."""
         if done and not self._unwritten:
             self._flush_at = time.monotonic() + FLUSH_DELAY
         self._unwritten.extend(done)

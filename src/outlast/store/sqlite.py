@@ -420,11 +420,11 @@ class SQLiteStore(_local.LocalStore):
         if kinds:
             where.append(f"kind IN ({','.join('?' * len(kinds))})")
             args += [str(k) for k in kinds]
-        sql = f"SELECT id FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?"
+        due = f"FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?"
         with _translated("claim"):  # nothing due: no write lock taken (idle pools stay cheap)
-            if self._conn().execute(sql, (*args, 1)).fetchone() is None:
+            if self._conn().execute(f"SELECT id {due}", (*args, 1)).fetchone() is None:
                 return []
-        sql = sql.replace("SELECT id ", "SELECT id, doc, seq ", 1)
+        sql = f"SELECT id, doc, seq {due}"
         changes: list[tuple[JobState, JobState, int, list[Any]]] = []
         with self._write("claim") as conn:
             for job_id, doc, seq in conn.execute(sql, (*args, limit * 2)).fetchall():
