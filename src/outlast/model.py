@@ -200,14 +200,14 @@ class JobState:
     kind: Kind
     #: The registered function or pipeline name, or a human name for a command.
     name: str
-    #: Where the job is in the status machine.
-    status: Status = Status.PENDING
     #: The argv of a command job, else None.
     command: list[str] | None = None
     #: Free ``str -> str`` labels for listing and filtering.
     labels: dict[str, str] = field(default_factory=dict)
     #: The queue a pool claims the job from.
     queue: str = "default"
+    #: Where the job is in the status machine.
+    status: Status = Status.PENDING
     #: Coarse phase (the last reported step's status), or None.
     phase: str | None = None
     #: The last reported step, or None.

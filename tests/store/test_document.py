@@ -136,6 +136,7 @@ def test_the_stored_encoding_is_exactly_to_dict(state: JobState) -> None:
     always with microseconds, whatever path it takes."""
     raw = _local.encode(state)
     assert json.loads(raw) == state.to_dict()
+    assert list(json.loads(raw)) == list(state.to_dict())  # the documented order, too
     assert _local.decode(state.id, raw) == state
     for name in (*TIME_FIELDS, "pid_started_at", "created_at"):
         value = json.loads(raw)[name]

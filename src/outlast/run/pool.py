@@ -130,6 +130,30 @@ class Pool:
 
     # ------------------------------------------------------------ job processes
     def _start_process(self) -> Slot:
+        return self._start_processes(1)[0]
+
+    def _start_processes(self, n: int) -> list[Slot]:
+        """Start ``n`` job processes side by side, then wait until each is ready."""
+        started: list[tuple[JobProcess, Connection]] = []
+        try:
+            for _ in range(n):
+                started.append(self._spawn())
+            for _process, conn in started:
+                try:
+                    ready = conn.poll(60) and conn.recv() == "ready"
+                except (EOFError, OSError):
+                    ready = False
+                if not ready:
+                    raise OutlastError("a job process did not start (see the messages above)")
+        except BaseException:
+            for process, conn in started:
+                process.kill()
+                process.reap(5)
+                conn.close()
+            raise
+        return [Slot(process, conn) for process, conn in started]
+
+    def _spawn(self) -> tuple[JobProcess, Connection]:
         ours, theirs = socket.socketpair()
         env = dict(os.environ, OUTLAST_SYS_PATH=json.dumps(sys.path))
         argv = [sys.executable, "-m", "outlast.run.jobproc", str(theirs.fileno()), self.store.url]
@@ -140,17 +164,12 @@ class Pool:
                 stdin=subprocess.DEVNULL,
                 env=env,
             )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
-        process, conn = JobProcess(popen), Connection(ours.detach())
-        try:
-            ready = conn.poll(60) and conn.recv() == "ready"
-        except (EOFError, OSError):
-            ready = False
-        if not ready:
-            process.kill()
-            raise OutlastError("a job process did not start (see the messages above)")
-        return Slot(process, conn)
+        return JobProcess(popen), Connection(ours.detach())
 
     def _restart(self, slot: Slot) -> None:
         """Kill the slot's process (if alive) and put a fresh one in its place."""
@@ -330,7 +349,7 @@ class Pool:
 
         Returns the number of attempts processed.
         """
-        self.slots = [self._start_process() for _ in range(self.concurrency)]
+        self.slots = self._start_processes(self.concurrency)
         self._reconcile()  # jobs of dead workers first (a burst run may end before a tick)
         backoff = self.poll_min
         try:
