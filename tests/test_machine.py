@@ -99,8 +99,9 @@ def _cycle() -> object:
         ({"a": [object()]}, "type object is not JSON"),
         (_nested(machine.MAX_JSON_DEPTH + 1), "nested deeper"),
         (_cycle(), "nested deeper"),
+        ([10**5000], "digits"),
     ],
-    ids=["nan", "inf", "int-key", "set", "bytes", "object", "deep", "cycle"],
+    ids=["nan", "inf", "int-key", "set", "bytes", "object", "deep", "cycle", "huge-int"],
 )
 def test_check_json_refuses_what_is_not_json_and_says_what(value: object, says: str) -> None:
     with pytest.raises(InvalidInput, match=f"^x must be JSON: .*{says}"):

@@ -1,19 +1,21 @@
 """The stored JSON of job documents and events: compact, exactly ``to_dict()``, fast.
 
 Every adapter stores these bytes, and a pool hands them to its job processes, so the encoding
-is on every transition's path: orjson where it can, the standard library for what orjson
-refuses (integers beyond 64 bits).
+is on every transition's path: orjson where it can, the standard library for integers beyond
+64 bits (orjson refuses to write them, and reads them back as floats: a document with a run of
+19 or more digits is read by the standard library instead).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC
 from typing import Any
 
 import orjson
 
-from outlast.errors import CorruptJob
+from outlast.errors import CorruptJob, InvalidInput
 from outlast.model import JobState, ProgressEvent
 
 
@@ -23,14 +25,23 @@ def _dumps(value: Any) -> bytes:
     try:
         return orjson.dumps(value)
     except TypeError:
+        pass
+    try:
         return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:  # check_json keeps such values out: a last guard
+        raise InvalidInput(f"cannot be stored as JSON: {exc}") from None
+
+
+_LONG_NUMBER = re.compile(r"\d{19}")  # may exceed 64 bits (or sit in a string: harmless)
 
 
 def _loads(text: str) -> Any:
+    if _LONG_NUMBER.search(text):
+        return json.loads(text)  # exact integers of any size
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
-        return json.loads(text)  # a big integer orjson refuses, or a real error (raised here)
+        return json.loads(text)  # raises the standard library's (more familiar) message
 
 
 _TIMES = ("run_after", "pid_started_at", "created_at", "started_at", "updated_at", "finished_at")

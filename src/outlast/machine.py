@@ -53,8 +53,9 @@ MAX_JSON_DEPTH = 500  # nesting a JSON value may have (the standard library's pa
 def check_json(value: Any, what: str) -> Any:
     """Return ``value`` if it is strict JSON, else :class:`InvalidInput` saying what is wrong.
 
-    Strict JSON: ``None``, ``bool``, ``int``, finite ``float``, ``str``, lists (or tuples) and
-    objects with string keys, nested at most ``MAX_JSON_DEPTH`` deep, without cycles.
+    Strict JSON: ``None``, ``bool``, ``int`` (that Python can write out: at most 4,300 digits
+    by default), finite ``float``, ``str``, lists (or tuples) and objects with string keys,
+    nested at most ``MAX_JSON_DEPTH`` deep, without cycles.
     ``json.dumps`` would quietly turn ``{1: "a"}`` into ``{"1": "a"}``; such a value is refused
     instead, so what is stored is exactly what was given. A walk over the types, not an
     encoding: this is on every job's path (arguments, results, reports).
@@ -63,11 +64,18 @@ def check_json(value: Any, what: str) -> Any:
     return value
 
 
-_SCALARS = (str, int, type(None))  # bool is an int
+_SCALARS = (str, type(None))
 
 
 def _check_value(value: Any, what: str, depth: int) -> None:
     if isinstance(value, _SCALARS):
+        return
+    if isinstance(value, int):  # and bool
+        if value.bit_length() > 64:
+            try:
+                int.__repr__(value)  # beyond Python's digit limit it cannot be written out
+            except ValueError as exc:
+                raise InvalidInput(f"{what} must be JSON: {exc}") from None
         return
     if isinstance(value, float):
         if not math.isfinite(value):

@@ -144,3 +144,16 @@ def test_an_idle_worker_is_woken_by_a_new_job(pool: Harness) -> None:
 
     assert max(latencies) < 1.5, latencies
     assert sum(1 for x in latencies if x < 0.25) >= 4, latencies
+
+
+@pytest.mark.timeout(60)
+def test_a_job_gets_its_arguments_exactly_even_beyond_64_bits(pool: Harness) -> None:
+    """The job process receives the claimed document from the pool: numbers that orjson
+    would read back as floats still arrive as the exact integers (and come back so)."""
+    pool.worker("-c", "1")
+    values = [2**64 + 1, -(2**63) - 1, 10**30, 1.5, "12345678901234567890123"]
+    jobs = {pool.submit("pt.noop", value): value for value in values}
+    for job, value in jobs.items():
+        state = pool.wait_for(job, timeout=30)
+        assert state.status == Status.SUCCEEDED, pool.describe()
+        assert type(state.result) is type(value) and state.result == value

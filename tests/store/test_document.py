@@ -127,9 +127,10 @@ def test_round_trip_keeps_microseconds_and_the_instant_of_non_utc_times() -> Non
         JobState(id="minimal", kind=Kind.FUNCTION, name="f"),
         full_state().evolve(created_at=T0.replace(microsecond=0)),  # orjson would drop ".000000"
         full_state().evolve(started_at=T0.astimezone(timezone(timedelta(hours=5)))),
-        full_state().evolve(payload={"big": 2**70}),  # beyond orjson's 64-bit integers
+        full_state().evolve(payload={"big": 2**64 + 1, "neg": -(2**63) - 1}),  # beyond 64 bits
+        full_state().evolve(result=[10**200 + 1, "1234567890123456789012"]),
     ],
-    ids=["full", "minimal", "whole-second", "non-utc", "big-int"],
+    ids=["full", "minimal", "whole-second", "non-utc", "big-int", "huge-int"],
 )
 def test_the_stored_encoding_is_exactly_to_dict(state: JobState) -> None:
     """The fast encoder (orjson over the dataclass) writes what ``to_dict`` says, times
@@ -137,7 +138,9 @@ def test_the_stored_encoding_is_exactly_to_dict(state: JobState) -> None:
     raw = _local.encode(state)
     assert json.loads(raw) == state.to_dict()
     assert list(json.loads(raw)) == list(state.to_dict())  # the documented order, too
-    assert _local.decode(state.id, raw) == state
+    back = _local.decode(state.id, raw)
+    assert back == state
+    assert repr(back.payload) == repr(state.payload) and repr(back.result) == repr(state.result)
     for name in (*TIME_FIELDS, "pid_started_at", "created_at"):
         value = json.loads(raw)[name]
         assert value is None or (len(value) == 32 and value.endswith("+00:00")), (name, value)

@@ -415,3 +415,33 @@ def test_jobs_of_a_dead_namesake_are_failed_over_when_this_process_goes_live(
     assert state.status == Status.FAILED and state.error is not None
     assert state.error.code == "abandoned"
     assert store.get(other.id).status == Status.RUNNING
+
+
+def test_two_jobs_alternating_in_one_batch_each_see_their_own_earlier_change(
+    store: Store,
+) -> None:
+    """A, B, A, B: when A comes back, the pending changes of both are written and read back,
+    so B's second change builds on its first (no lost change, no duplicate event seq)."""
+    from outlast import machine
+    from outlast.model import utcnow
+
+    store.create(name="a")
+    store.create(name="b")
+    tasks = store.claim(limit=2)
+
+    def report(task: Task, step: str) -> tuple[str, object]:
+        return (
+            task.id,
+            lambda s: machine.report(
+                s, task.attempt, step, EventStatus.PROGRESS, None, 5, utcnow()
+            ),
+        )
+
+    a, b = tasks
+    results = store._modify_many(
+        [report(a, "a1"), report(b, "b1"), report(a, "a2"), report(b, "b2")]
+    )
+    assert [[e.seq for e in events] for _, events in results] == [[2], [2], [3], [3]]
+    for task, steps in ((a, ["a1", "a2"]), (b, ["b1", "b2"])):
+        assert [step for _, step, _ in statuses(store, task.id)[1:]] == steps
+        assert store.get(task.id).step == steps[-1]

@@ -4,8 +4,9 @@ The pool process claims jobs (atomically, with their worker locks) and hands eac
 claimed document, to one of N pre-started job processes (:mod:`outlast.run.jobproc`), reused
 from job to job so a job pays neither an interpreter start nor a read of the store. A job
 process runs the job and sends back its outcome; the pool gives that process its next job at
-once, then writes outcomes in batches (one transaction for up to ``FLUSH_BATCH``, at most
-``FLUSH_DELAY`` late while busy, at once when idle) and drops those jobs' locks. If the pool
+once, then writes outcomes in batches (one transaction once ``FLUSH_BATCH`` wait, or one per
+process if there are more processes; at most ``FLUSH_DELAY`` late while busy, at once when
+idle) and drops those jobs' locks. If the pool
 dies, every job it held is seen as abandoned at once, and its job processes die with it
 (parent-death signal).
 
@@ -169,7 +170,14 @@ class Pool:
             raise
         finally:
             theirs.close()
-        return JobProcess(popen), Connection(ours.detach())
+        try:
+            process = JobProcess(popen)  # a pidfd: can fail when out of descriptors
+        except BaseException:
+            popen.kill()
+            popen.wait()
+            ours.close()
+            raise
+        return process, Connection(ours.detach())
 
     def _restart(self, slot: Slot) -> None:
         """Kill the slot's process (if alive) and put a fresh one in its place."""
@@ -187,17 +195,22 @@ class Pool:
         timeout = state.payload.get("timeout")
         now = time.monotonic()
         slot.task, slot.kill_at, slot.lost = task, None, False
-        slot.deadline = now + float(timeout) if isinstance(timeout, int | float) else None
+        slot.deadline = None
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool):
+            with contextlib.suppress(OverflowError):  # a timeout too big to count is none
+                slot.deadline = now + float(timeout)
         # the claimed state goes along, so the job process need not read it back
         slot.conn.send((task.id, task.attempt, codec.encode(state)))
 
     def _record(self, done: list[tuple[Task, Outcome]]) -> None:
-        """Queue outcomes to be written together: at once when ``FLUSH_BATCH`` (or one per
-        process) are waiting, else within ``FLUSH_DELAY`` (a job's outcome lands at most that
-        much later; the loop writes at once when no job is running)."""
+        """Queue outcomes to be written together (see :meth:`_flush_if_full`)."""
         if done and not self._unwritten:
             self._flush_at = time.monotonic() + FLUSH_DELAY
         self._unwritten.extend(done)
+
+    def _flush_if_full(self) -> None:
+        """Write the queued outcomes once ``max(FLUSH_BATCH, concurrency)`` wait; fewer wait
+        at most ``FLUSH_DELAY`` (the loop writes them at once when no job is running)."""
         if len(self._unwritten) >= max(FLUSH_BATCH, self.concurrency):
             self._flush()
 
@@ -311,8 +324,9 @@ class Pool:
                 )
                 done.append((slot.task, Outcome("gone" if slot.lost else "fail", error=error)))
             self._restart(slot)
+        self._record(done)  # queued first: written even if handing out the next job fails
         self._start_idle()  # the freed processes go on at once; the outcomes are written next
-        self._record(done)
+        self._flush_if_full()
 
     def _handle_deadlines(self) -> None:
         now = time.monotonic()
@@ -330,6 +344,7 @@ class Pool:
                 continue
             self._restart(slot)
         self._record(done)
+        self._flush_if_full()
 
     def _timeout(self, backoff: float) -> float:
         now = time.monotonic()

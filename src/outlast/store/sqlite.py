@@ -307,7 +307,8 @@ class SQLiteStore(_local.LocalStore):
         self, items: list[tuple[str, Transition]]
     ) -> list[tuple[JobState, list[ProgressEvent]]]:
         """All in one transaction, with one read of all the rows and one write of all the
-        changes: a job that cannot be read is skipped (logged), not fatal."""
+        changes (more when a job comes back in ``items``: its earlier changes are written and
+        read back first); a job that cannot be read is skipped (logged), not fatal."""
         results: list[tuple[JobState, list[ProgressEvent]]] = []
         pulses: list[tuple[str, bool]] = []
         with self._write("update many") as conn:
@@ -316,10 +317,10 @@ class SQLiteStore(_local.LocalStore):
             places: list[int] = []  # where each change's result sits in ``results``
             pending: set[str] = set()  # jobs with a change not written yet
             for job_id, fn in items:
-                if job_id in pending:  # the same job again: write what it has first
+                if job_id in pending:  # the same job again: write what is pending first,
                     self._write_changes(conn, changes, places, results)
+                    rows.update(self._read_many(conn, list(pending)))  # and read it back
                     changes, places, pending = [], [], set()
-                    rows.update(self._read_many(conn, [job_id]))
                 try:
                     if job_id not in rows:
                         raise JobNotFound(f"no job {job_id}")
