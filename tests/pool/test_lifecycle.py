@@ -163,17 +163,17 @@ def test_a_job_gets_its_arguments_exactly_even_beyond_64_bits(pool: Harness) -> 
 
 
 @pytest.mark.timeout(90)
-def test_a_queue_of_long_jobs_is_shared_between_pools_not_claimed_ahead(pool: Harness) -> None:
+def test_long_jobs_are_not_claimed_ahead(pool: Harness) -> None:
     """Claiming ahead is for short jobs: a pool that has not seen its jobs be short claims
-    only for its idle processes, so a second pool started later still gets a share."""
+    only for its idle process, so the rest of a queue of long jobs stays ``pending`` for any
+    other pool (while one job's outcome waits to be written, the next may already run)."""
     out = pool.tmp / "ids.txt"
-    jobs = [pool.submit("pt.record", str(out), 0.5) for _ in range(6)]
-    first = pool.worker("-c", "1")
-    until(lambda: sum(pool.get(j).status == Status.RUNNING for j in jobs) >= 1, 30, "a start")
-    second = pool.worker("-c", "1")
-    states = [pool.wait_for(j, timeout=60) for j in jobs]
-    assert all(s.status == Status.SUCCEEDED for s in states), pool.describe()
-    by_worker = Counter(s.worker for s in states)
-    names = {f"{os.uname().nodename}:{w.popen.pid}" for w in (first, second)}
-    assert set(by_worker) <= names
-    assert len(by_worker) == 2 and min(by_worker.values()) >= 2, by_worker
+    jobs = [pool.submit("pt.record", str(out), 0.4) for _ in range(5)]
+    pool.worker("-c", "1")
+    most = 0
+    while len(read_lines(out)) < len(jobs):
+        states = [pool.get(j) for j in jobs]
+        most = max(most, sum(s.status == Status.RUNNING for s in states))
+        time.sleep(0.02)
+    assert most >= 1 and most <= 2, f"{most} jobs were running at once with -c 1"
+    assert all(pool.wait_for(j, timeout=30).status == Status.SUCCEEDED for j in jobs)
