@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from outlast.store import Store, open_store
+from tests.waiting import until
 
 BIN = Path(sys.executable).parent
 OUTLAST = str(BIN / "outlast")
@@ -40,26 +41,6 @@ DOC_FIELDS = frozenset(
 
 #: ``@STORES``: run the test against both local adapters.
 STORES = pytest.mark.parametrize("cli", ["sqlite", "files"], indirect=True)
-
-
-def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``check()`` until it returns something truthy; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` is a live process (a zombie counts as dead)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def processes_with_env(key: str, predicate: Callable[[str], bool]) -> list[psutil.Process]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import STORES, Outlast, alive, job_processes, until
+from tests.cli.helpers import STORES, Outlast, job_processes
+from tests.waiting import alive, until
 
 GRACE = 1.0
 

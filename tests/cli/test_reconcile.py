@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.cli.helpers import STORES, Outlast, alive, job_processes, until
+from tests.cli.helpers import STORES, Outlast, job_processes
+from tests.waiting import alive, until
 
 
 def _kill_supervisor(doc: dict[str, Any]) -> int:

@@ -21,7 +21,8 @@ from _pytest.fixtures import FixtureFunctionDefinition
 from outlast.model import Status
 from outlast.store import open_store
 from tests.pg import support
-from tests.pool.conftest import Harness, read_lines, until
+from tests.pool.conftest import Harness, read_lines
+from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(180)
 

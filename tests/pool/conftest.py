@@ -13,8 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,30 +24,11 @@ from outlast.model import JobState, Status
 from outlast.run.api import create_job
 from outlast.store import Store, open_store
 from tests.pool import jobs_for_tests
+from tests.waiting import alive, until
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = jobs_for_tests.MODULE  # "tests.pool.jobs_for_tests"
 TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELED})
-
-
-def until(check: Callable[[], Any], timeout: float = 30.0, what: str = "a condition") -> Any:
-    """Poll ``check()`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` is a live process (a zombie counts as dead)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def read_lines(path: Path) -> list[str]:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from outlast.model import Status
-from tests.pool.conftest import Harness, alive, read_lines, until
+from tests.pool.conftest import Harness, read_lines
+from tests.waiting import alive, until
 
 N = 1000
 

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from outlast.model import EventStatus, Status
-from tests.pool.conftest import Harness, alive, read_lines
+from tests.pool.conftest import Harness, read_lines
+from tests.waiting import alive
 
 
 def failures(pool: Harness, job_id: str) -> list[dict]:  # type: ignore[type-arg]

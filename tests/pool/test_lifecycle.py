@@ -12,7 +12,8 @@ from collections import Counter
 import pytest
 
 from outlast.model import EventStatus, Status
-from tests.pool.conftest import Harness, alive, read_lines, until
+from tests.pool.conftest import Harness, read_lines
+from tests.waiting import alive, until
 
 CLAIMER = """
 import sys, time

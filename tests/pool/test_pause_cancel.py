@@ -8,7 +8,8 @@ import pytest
 
 from outlast.errors import InvalidTransition
 from outlast.model import Status
-from tests.pool.conftest import Harness, alive, read_lines, until
+from tests.pool.conftest import Harness, read_lines
+from tests.waiting import alive, until
 
 
 @pytest.mark.timeout(60)

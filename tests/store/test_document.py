@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from outlast import codec
 from outlast.errors import InvalidTransition
 from outlast.model import (
     TERMINAL,
@@ -19,7 +20,7 @@ from outlast.model import (
     Status,
     check_transition,
 )
-from outlast.store import Store, _local
+from outlast.store import Store
 
 #: DESIGN.md, "The job document", plus ``pid_started_at`` (an addition).
 DOC_FIELDS = {
@@ -135,10 +136,10 @@ def test_round_trip_keeps_microseconds_and_the_instant_of_non_utc_times() -> Non
 def test_the_stored_encoding_is_exactly_to_dict(state: JobState) -> None:
     """The fast encoder (orjson over the dataclass) writes what ``to_dict`` says, times
     always with microseconds, whatever path it takes."""
-    raw = _local.encode(state)
+    raw = codec.encode(state)
     assert json.loads(raw) == state.to_dict()
     assert list(json.loads(raw)) == list(state.to_dict())  # the documented order, too
-    back = _local.decode(state.id, raw)
+    back = codec.decode(state.id, raw)
     assert back == state
     assert repr(back.payload) == repr(state.payload) and repr(back.result) == repr(state.result)
     for name in (*TIME_FIELDS, "pid_started_at", "created_at"):

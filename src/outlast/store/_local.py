@@ -1,6 +1,6 @@
 """What the two single-machine adapters (sqlite, files) share: the folder, its permissions,
 the flock worker locks and the pulse files that wake waiters. The JSON of the stored
-documents is :mod:`outlast.codec` (re-exported here for the adapters)."""
+documents is :mod:`outlast.codec`."""
 
 from __future__ import annotations
 
@@ -13,14 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from outlast import paths
-from outlast.codec import decode, encode, encode_event
+from outlast.codec import decode
 from outlast.errors import CorruptJob, StoreError
 from outlast.model import JobState
 from outlast.store import notify
 from outlast.store.base import Capabilities, Store
 from outlast.store.locks import WorkerLocks
-
-__all__ = ["decode", "encode", "encode_event"]  # the codec, for the adapters
 
 log = logging.getLogger("outlast.store")
 

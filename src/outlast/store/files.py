@@ -38,7 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from outlast import machine
+from outlast import codec, machine
 from outlast.errors import CorruptJob, InvalidJobId, JobActive, JobNotFound, StoreError
 from outlast.ids import check_id
 from outlast.model import JobState, Kind, ProgressEvent, Status, parse_time, utcnow
@@ -185,7 +185,7 @@ class FilesStore(_local.LocalStore):
             _, raw = _slurp(self._file(job_id, ".json"))
         except FileNotFoundError:
             raise JobNotFound(f"no job {job_id}") from None
-        return _local.decode(job_id, raw)
+        return codec.decode(job_id, raw)
 
     def _write_state(self, state: JobState) -> None:
         """Replace the document atomically and durably (temp file, fsync, rename, dir fsync)."""
@@ -194,7 +194,7 @@ class FilesStore(_local.LocalStore):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             try:
-                _write_all(fd, _local.encode(state) + b"\n")
+                _write_all(fd, codec.encode(state) + b"\n")
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -257,7 +257,7 @@ class FilesStore(_local.LocalStore):
                 ProgressEvent(job_id, seq + i, now, e.step, e.status, e.message)
                 for i, e in enumerate(events, 1)
             ]
-            data, written = b"".join(_local.encode_event(e) + b"\n" for e in stored), 0
+            data, written = b"".join(codec.encode_event(e) + b"\n" for e in stored), 0
             try:
                 while written < len(data):
                     written += os.write(fd, data[written:])
@@ -379,7 +379,7 @@ class FilesStore(_local.LocalStore):
             return _index(job_id, json.loads(raw), key, trusted, digest)
         except (ValueError, TypeError, KeyError, CorruptJob):
             # The full parse says what is wrong, or knows the defaults of missing fields.
-            return _index(job_id, _local.decode(job_id, raw).to_dict(), key, trusted, digest)
+            return _index(job_id, codec.decode(job_id, raw).to_dict(), key, trusted, digest)
 
     def _select(
         self, status: Status | None, labels: dict[str, str], limit: int | None, before: str | None

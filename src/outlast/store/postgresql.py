@@ -66,7 +66,7 @@ from typing import Any
 
 import psycopg
 
-from outlast import machine, paths
+from outlast import codec, machine, paths
 from outlast.errors import CorruptJob, JobActive, JobNotFound, StoreError, WorkerLockHeld
 from outlast.machine import NewEvent
 from outlast.model import JobState, Kind, ProgressEvent, Status, utcnow
@@ -210,7 +210,7 @@ class PostgresStore(Store):
             state.worker,
             state.run_after,
             state.created_at,
-            _local.encode(state),
+            codec.encode(state),
         )
 
     def _insert(self, state: JobState) -> None:
@@ -242,7 +242,7 @@ class PostgresStore(Store):
             row = conn.execute(f"SELECT doc FROM {self._jobs} WHERE id = %s", (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(f"no job {job_id}")
-        return _local.decode(job_id, row[0])
+        return codec.decode(job_id, row[0])
 
     def _write(
         self,
@@ -267,7 +267,7 @@ class PostgresStore(Store):
             first.setdefault(new.id, old)
             last[new.id] = (new, seq + len(events))
         for event in (e for mine in stored for e in mine):
-            script.add(self._insert_event, event.job_id, event.seq, _local.encode_event(event))
+            script.add(self._insert_event, event.job_id, event.seq, codec.encode_event(event))
         for new, seq in last.values():
             script.add(self._update_job, *self._columns(new), seq, new.id)
         self._notify(script, wakes)
@@ -316,7 +316,7 @@ class PostgresStore(Store):
                         if job_id not in found:
                             raise JobNotFound(f"no job {job_id}")
                         doc, seq = found[job_id]
-                        current[job_id] = (_local.decode(job_id, doc), seq)
+                        current[job_id] = (codec.decode(job_id, doc), seq)
                 except (JobNotFound, CorruptJob) as exc:
                     if strict:
                         raise
@@ -434,7 +434,7 @@ class PostgresStore(Store):
         starts = []
         for job_id, doc, seq in rows:
             try:
-                state = _local.decode(job_id, doc)
+                state = codec.decode(job_id, doc)
             except CorruptJob as exc:
                 _local.log.warning("not claiming a corrupt job: %s", exc)
                 continue

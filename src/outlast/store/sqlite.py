@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from outlast import machine, paths
+from outlast import codec, machine, paths
 from outlast.errors import CorruptJob, JobActive, JobNotFound, StoreError
 from outlast.model import JobState, Kind, ProgressEvent, Status, format_time, utcnow
 from outlast.store import _local, notify
@@ -182,7 +182,7 @@ class SQLiteStore(_local.LocalStore):
             state.worker,
             format_time(state.run_after),
             format_time(state.created_at),
-            _local.encode(state),
+            codec.encode(state),
         )
 
     def _decode(self, job_id: str, raw: bytes) -> JobState:
@@ -192,7 +192,7 @@ class SQLiteStore(_local.LocalStore):
         hit = self._docs.get(job_id)
         if hit is not None and hit[0] == raw:
             return hit[1]
-        state = _local.decode(job_id, raw)
+        state = codec.decode(job_id, raw)
         self._remember(state, raw)
         return state
 
@@ -260,8 +260,8 @@ class SQLiteStore(_local.LocalStore):
                 stored.append(
                     ProgressEvent(new.id, seq, now, event.step, event.status, event.message)
                 )
-            event_rows += [(e.job_id, e.seq, _local.encode_event(e)) for e in stored]
-            doc = _local.encode(new)
+            event_rows += [(e.job_id, e.seq, codec.encode_event(e)) for e in stored]
+            doc = codec.encode(new)
             if (new.queue, new.kind, new.created_at) == (old.queue, old.kind, old.created_at):
                 # the columns that never change are left out: their indexes stay untouched
                 job_rows.append(

@@ -1,0 +1,31 @@
+"""Waiting on real processes in tests: poll a condition with a deadline, and tell a live
+process from a dead (or zombie) one. Shared by the CLI and pool suites."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+
+def until(check: Callable[[], Any], timeout: float = 30.0, what: str = "a condition") -> Any:
+    """Poll ``check()`` until it returns something truthy (returned); fail the test with an
+    ``AssertionError`` naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` is a live process (a zombie counts as dead)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
