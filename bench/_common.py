@@ -55,11 +55,13 @@ def populate(store: Store, n: int, status: str = "succeeded") -> None:
     ]
     url = store.url
     if url.startswith("sqlite://"):
-        with store._write("populate") as conn:  # type: ignore[attr-defined]
-            conn.executemany(
+        from outlast import codec
+
+        with store._tx("populate") as tx:  # type: ignore[attr-defined]
+            tx.write_many(
                 "INSERT INTO jobs (status, kind, queue, worker, run_after, created_at, doc, id)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(*store._row(s), s.id) for s in states],  # type: ignore[attr-defined]
+                [(*store._columns(s), codec.encode(s), s.id) for s in states],  # type: ignore[attr-defined]
             )
         return
     if url.startswith("files://"):

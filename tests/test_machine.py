@@ -6,10 +6,12 @@ import pytest
 
 from outlast import machine
 from outlast.errors import InvalidInput
-from outlast.model import JobState, Kind, Status, utcnow
+from outlast.model import JobState, Kind, PipelineState, StageRecord, Status, utcnow
 
 
-def _running_pipeline(**payload: object) -> JobState:
+def _running_pipeline(
+    canceling: bool = False, stages: dict[str, StageRecord] | None = None
+) -> JobState:
     now = utcnow()
     return JobState(
         id="p1",
@@ -21,20 +23,22 @@ def _running_pipeline(**payload: object) -> JobState:
         worker="host:1",
         created_at=now,
         updated_at=now,
-        payload={"cleanup": ["clean"], "stages": {}, "outputs": {}, **payload},
+        payload={"outputs": {}},
+        pipeline=PipelineState(cleanup=("clean",), stages=stages or {}),
+        cancel_requested=canceling,
     )
 
 
 def test_cancel_of_a_running_pipeline_with_cleanup_pending_asks_first() -> None:
     change = machine.cancel(_running_pipeline(), utcnow())
     assert change is not None
-    assert change.state.status == Status.RUNNING and change.state.payload["canceling"] is True
+    assert change.state.status == Status.RUNNING and change.state.cancel_requested is True
     # asked twice: nothing more to write
     assert machine.cancel(change.state, utcnow()) is None
 
 
 def test_cancel_after_the_cleanup_ran_is_final() -> None:
-    done = _running_pipeline(canceling=True, stages={"clean": {"status": "succeeded"}})
+    done = _running_pipeline(canceling=True, stages={"clean": StageRecord("succeeded")})
     change = machine.cancel(done, utcnow())
     assert change is not None and change.state.status == Status.CANCELED
     assert change.state.error is not None and change.state.error.code == "canceled"
@@ -50,10 +54,12 @@ def test_a_worker_dying_while_canceling_leads_to_finalize_then_canceled() -> Non
     change = machine.abandon(_running_pipeline(canceling=True), utcnow())
     assert change is not None
     state = change.state
-    assert state.status == Status.PENDING and state.payload["finalize"]["code"] == "canceled"
+    assert state.status == Status.PENDING and state.pipeline is not None
+    assert state.pipeline.finalize is not None and state.pipeline.finalize.code == "canceled"
     assert state.max_attempts == 2  # one more run, for the cleanup only
     cleaned = state.evolve(
-        status=Status.RUNNING, payload={**state.payload, "stages": {"clean": {"status": "ok"}}}
+        status=Status.RUNNING,
+        pipeline=PipelineState(("clean",), {"clean": StageRecord("ok")}, state.pipeline.finalize),
     )
     final = machine.abandon(cleaned, utcnow())
     assert final is not None and final.state.status == Status.CANCELED

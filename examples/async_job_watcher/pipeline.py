@@ -8,7 +8,7 @@ Importing this module registers it, so a worker started with
 
 The payload is the seed's: ``{"delay_seconds": 1.0, "status_file": "/abs/path/status.json"}``.
 Each stage's output lands in ``payload["outputs"][stage]`` and its checkpoint in
-``payload["stages"][stage]``. One attempt (the seed retries nothing); the cleanup runs on
+the job's ``pipeline.stages[stage]``. One attempt (the seed retries nothing); the cleanup runs on
 success, failure, poll timeout and cancel, and after the worker was killed (reconcile).
 """
 

@@ -20,25 +20,28 @@ if TYPE_CHECKING:
         JobNotFound,
         OutlastError,
         Pause,
+        PollTimeout,
         StoreError,
         WorkerLockHeld,
     )
     from outlast.model import ErrorInfo, EventStatus, JobState, Kind, ProgressEvent, Status
-    from outlast.run.api import spawn, submit, use_store
+    from outlast.pipeline import Pipeline, Stage, poll
+    from outlast.run.api import Job, job, run_command, spawn, submit, use_store
     from outlast.run.context import JobContext, current
-    from outlast.run.registry import JobSpec, job
+    from outlast.run.registry import JobSpec
     from outlast.store import Reporter, Store, Task, open_store
 
 # Names load on first use (PEP 562), so ``import outlast.cli`` for a status call stays light.
 _LAZY = {
     "outlast.errors": (
         "Canceled CorruptJob Fail InvalidInput InvalidJobId InvalidTransition JobActive "
-        "JobNotFound OutlastError Pause StoreError WorkerLockHeld"
+        "JobNotFound OutlastError Pause PollTimeout StoreError WorkerLockHeld"
     ),
     "outlast.model": "ErrorInfo EventStatus JobState Kind ProgressEvent Status",
+    "outlast.pipeline": "Pipeline Stage poll",
     "outlast.store": "Reporter Store Task open_store",
-    "outlast.run.registry": "JobSpec job",
-    "outlast.run.api": "spawn submit use_store",
+    "outlast.run.registry": "JobSpec",
+    "outlast.run.api": "Job job run_command spawn submit use_store",
     "outlast.run.context": "JobContext current",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
@@ -70,6 +73,7 @@ __all__ = [
     "InvalidInput",
     "InvalidJobId",
     "InvalidTransition",
+    "Job",
     "JobActive",
     "JobContext",
     "JobNotFound",
@@ -78,8 +82,11 @@ __all__ = [
     "Kind",
     "OutlastError",
     "Pause",
+    "Pipeline",
+    "PollTimeout",
     "ProgressEvent",
     "Reporter",
+    "Stage",
     "Status",
     "Store",
     "StoreError",
@@ -89,6 +96,8 @@ __all__ = [
     "current",
     "job",
     "open_store",
+    "poll",
+    "run_command",
     "spawn",
     "submit",
     "use_store",

@@ -3,15 +3,15 @@
 ``publish(event)`` appends one event to a job; ``subscribe(job_id, after)`` yields the job's
 events with ``seq > after`` in order — no duplicate, no gap — and ends after the job's terminal
 event; ``asubscribe`` is its asyncio twin, and ``astream`` adds heartbeats for a streaming
-edge (the HTTP server). Two adapters:
+edge (the HTTP server).
 
-- :class:`StoreBus` (the default): events live in the store beside the job, so a worker in one
-  process publishes and a server in another streams. Subscribers are woken by the store's own
-  change notification (``store.listen``); in an event loop through the listener's fd
-  (``loop.add_reader``), or a short poll where the store has none. In one loop, all the
-  subscribers of a job share one listener and one reader of the store, so a hundred clients
-  of one job cost one store read per change, not a hundred.
-- :class:`MemoryBus`: one process, no store; for tests of code that publishes or subscribes.
+:class:`StoreBus` is the adapter: events live in the store beside the job, so a worker in one
+process publishes and a server in another streams. Subscribers follow the job with the store's
+one follower (:mod:`outlast.store.follower`: woken by the store's notification, reconciling a
+job whose worker died); in an event loop through the listener's fd (``loop.add_reader``), or a
+short poll where the store has none. In one loop, all the subscribers of a job share one
+listener and one reader of the store, so a hundred clients of one job cost one store read per
+change, not a hundred. (The tests have an in-memory adapter of their own.)
 
 Why the stream can end exactly: the store writes a job's terminal event in the same transaction
 as its terminal state, so a reader that sees a terminal *state* and then reads the events has
@@ -23,22 +23,20 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import functools
-import threading
-import time
 import weakref
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
 
 from outlast.errors import InvalidInput, JobNotFound
 from outlast.ids import check_id
-from outlast.model import JSON, EventStatus, JobState, ProgressEvent, utcnow
-from outlast.store.base import Listener, Store
+from outlast.model import JSON, EventStatus, JobState, ProgressEvent
+from outlast.store import Follower, Listener, Store, follow
 
 #: Seconds between polls of a store whose listener has no fd to wait on.
 POLL = 0.02
 #: Seconds a quiet subscription waits before it re-checks that the job's worker still lives.
 RECHECK = 1.0
+
 #: Events one read of the store returns at most; a shared reader keeps this many in memory.
 BATCH = 1000
 
@@ -178,48 +176,49 @@ class _Hub:
         self.error: BaseException | None = None
         self.users = 0
         self.changed = asyncio.Event()
+        self.follower = Follower(
+            bus.store,
+            job_id,
+            start,
+            reconcile=bus.recheck,
+            batch=BATCH,
+            recheck=bus.recheck_every,
+        )
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"outlast-{job_id}")
 
     def _notify(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
 
-    def _read(
-        self, after: int, recheck_due: bool
-    ) -> tuple[JobState | None, int, list[ProgressEvent]]:
-        """In a thread: the job's state, then its events after ``after`` (and the position
-        they follow, which the first read may move back to 0)."""
-        store, recheck = self.bus.store, self.bus.recheck
+    def _read(self, woken: bool) -> tuple[int, bool, list[ProgressEvent]]:
+        """In a thread: the follower's next read, as ``(position it read after, done, new
+        events)``. The first read starts from the first subscriber's position if event
+        ``after`` exists (a position past the job's end would leave the window beyond it for
+        good), else from 0."""
+        follower = self.follower
+        if not self.ready and follower.after > 0:
+            first = self.bus.store.events(self.job_id, follower.after - 1, 1)
+            if not first or first[0].seq != follower.after:
+                follower.after = 0
+        start = follower.after
         try:
-            state = store.get(self.job_id)
+            _, events = follower.read(woken)
         except JobNotFound:
             if not self.ready:
                 raise
-            return None, after, []  # deleted while watched: the stream ends
-        if recheck_due and recheck is not None and not state.terminal:
-            state = recheck(state)
-        if self.ready or after == 0:
-            return state, after, store.events(self.job_id, after, BATCH)
-        # The first read, from the first subscriber's position: check that event ``after``
-        # exists, or a position past the job's end would leave the window beyond it for good.
-        events = store.events(self.job_id, after - 1, BATCH + 1)
-        if events and events[0].seq == after:
-            return state, after, events[1:]
-        return state, 0, store.events(self.job_id, 0, BATCH)
+            return start, True, []  # deleted while watched: the stream ends
+        return start, follower.done, events
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         watch: AsyncListener | None = None
         try:
             watch = await alisten(self.bus.store, [self.job_id])
-            due = False
-            checked = loop.time()
+            woken = True
             while True:
-                state, position, events = await loop.run_in_executor(
-                    None, self._read, self.last, due
-                )
-                if position != self.last:  # the first subscriber started past the end
-                    self.base = self.last = position
+                start, done, events = await loop.run_in_executor(None, self._read, woken)
+                if start != self.last:  # the first subscriber started past the end
+                    self.base = self.last = start
                 if events:
                     self.events.extend(events)
                     self.last = events[-1].seq
@@ -228,17 +227,12 @@ class _Hub:
                         self.base = self.events[drop - 1].seq
                         del self.events[:drop]
                 self.ready = True
-                self.done = (state is None or state.terminal) and len(events) < BATCH
+                self.done = done
                 self._notify()
-                if self.done:
+                if done:
                     return
-                if len(events) < BATCH:
-                    await watch.wait(self.bus.recheck_every)
-                # Re-check the worker at most once a period, and only while the job is quiet
-                # (a change of another job of the same shard also wakes us).
-                due = not events and loop.time() - checked >= self.bus.recheck_every
-                if due:
-                    checked = loop.time()
+                wait = self.follower.wait_for(None)
+                woken = await watch.wait(self.bus.recheck_every if wait is None else wait)
         except Exception as exc:
             self.error = exc
             self.done = self.ready = True
@@ -282,27 +276,8 @@ class StoreBus(Bus):
     ) -> Iterator[ProgressEvent]:
         check_id(job_id)
         _check_after(after)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self.store.listen([job_id]) as listener:
-            checked = time.monotonic()
-            while True:
-                state = self.store.get(job_id)
-                now = time.monotonic()
-                due = now - checked >= self.recheck_every
-                if self.recheck is not None and not state.terminal and due:
-                    state, checked = self.recheck(state), now
-                events = self.store.events(job_id, after)
-                yield from events
-                if events:
-                    after, checked = events[-1].seq, now
-                if state.terminal:
-                    return
-                wait = self.recheck_every
-                if deadline is not None:
-                    wait = min(wait, deadline - time.monotonic())
-                    if wait <= 0:
-                        return
-                listener.wait(wait)
+        updates = follow(self.store, job_id, after, timeout, reconcile=self.recheck)
+        return (event for _, events in updates for event in events)
 
     async def astream(
         self, job_id: str, after: int = 0, heartbeat: float | None = None
@@ -365,97 +340,4 @@ def _check_after(after: int) -> None:
         raise InvalidInput(f"after must be a whole number >= 0, not {after!r}")
 
 
-# --------------------------------------------------------------------------- memory
-class MemoryBus(Bus):
-    """Events in this process's memory, for tests. Knows no job states: :meth:`finish` marks
-    a job finished (what the store's terminal transition does), after which subscribers end
-    once they have every event and further publishes are ignored."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._logs: dict[str, list[ProgressEvent]] = {}
-        self._finished: set[str] = set()
-        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
-
-    def _wake(self) -> None:
-        self._cond.notify_all()
-        for loop, event in list(self._waiters):
-            with contextlib.suppress(RuntimeError):  # that loop is closed
-                loop.call_soon_threadsafe(event.set)
-
-    def publish(self, event: Progress) -> ProgressEvent | None:
-        with self._cond:
-            if event.job_id in self._finished:
-                return None
-            log = self._logs.setdefault(event.job_id, [])
-            stored = ProgressEvent(
-                event.job_id,
-                len(log) + 1,
-                utcnow(),
-                event.step,
-                EventStatus(event.status),
-                event.message,
-            )
-            log.append(stored)
-            self._wake()
-            return stored
-
-    def finish(self, job_id: str) -> None:
-        """Mark the job finished: its subscribers end after the events published so far."""
-        with self._cond:
-            self._finished.add(check_id(job_id))
-            self._wake()
-
-    def _moved(self, job_id: str, after: int) -> bool:
-        return len(self._logs.get(job_id, [])) > after or job_id in self._finished
-
-    def _since(self, job_id: str, after: int) -> tuple[list[ProgressEvent], bool]:
-        with self._cond:
-            return self._logs.get(job_id, [])[after:], job_id in self._finished
-
-    def subscribe(
-        self, job_id: str, after: int = 0, timeout: float | None = None
-    ) -> Iterator[ProgressEvent]:
-        check_id(job_id)
-        _check_after(after)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            events, finished = self._since(job_id, after)
-            yield from events
-            if events:
-                after = events[-1].seq
-                continue
-            if finished:
-                return
-            with self._cond:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return
-                self._cond.wait_for(functools.partial(self._moved, job_id, after), remaining)
-
-    async def astream(
-        self, job_id: str, after: int = 0, heartbeat: float | None = None
-    ) -> AsyncGenerator[list[ProgressEvent], None]:
-        check_id(job_id)
-        _check_after(after)
-        waiter = (asyncio.get_running_loop(), asyncio.Event())
-        with self._cond:
-            self._waiters.add(waiter)
-        try:
-            while True:
-                waiter[1].clear()
-                events, finished = self._since(job_id, after)
-                if events:
-                    after = events[-1].seq
-                    yield events
-                    continue
-                if finished:
-                    return
-                if not await _wait(waiter[1], heartbeat):
-                    yield []
-        finally:
-            with self._cond:
-                self._waiters.discard(waiter)
-
-
-__all__ = ["AsyncListener", "Bus", "MemoryBus", "Progress", "StoreBus", "alisten"]
+__all__ = ["AsyncListener", "Bus", "Progress", "StoreBus", "alisten"]

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from outlast.errors import CorruptJob, InvalidInput
-from outlast.model import JobState, ProgressEvent
+from outlast.model import Call, ErrorInfo, JobState, Kind, PipelineState, ProgressEvent
 
 
 def _dumps(value: Any) -> bytes:
@@ -66,12 +66,15 @@ def encode(state: JobState) -> bytes:
 
 
 def decode(job_id: str, raw: bytes | str | None) -> JobState:
-    """Parse a stored document; :class:`CorruptJob` names the job and says what is wrong."""
+    """Parse a stored document (of this version's shape or the first one's, see
+    :func:`upgrade`); :class:`CorruptJob` names the job and says what is wrong."""
     try:
         if raw is None or len(raw) == 0:
             raise CorruptJob("the document is empty")
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
         data = _loads(text)
+        if isinstance(data, dict) and "call" not in data:
+            data = upgrade(data)
         state = JobState.from_dict(data)
     except CorruptJob as exc:
         raise CorruptJob(f"job {job_id} is corrupt: {exc.message}") from exc
@@ -86,5 +89,64 @@ def decode(job_id: str, raw: bytes | str | None) -> JobState:
     return state
 
 
+#: What the first shape of the document (outlast 0.1.0's first sessions) kept in ``payload``,
+#: by kind: the system's own keys, moved to their typed fields by :func:`upgrade`.
+_LEGACY_KEYS = {
+    Kind.COMMAND: ("grace",),
+    Kind.FUNCTION: ("module", "args", "kwargs", "timeout"),
+    Kind.PIPELINE: ("module", "timeout", "cleanup", "stages", "finalize", "canceling"),
+}
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A document of the first shape (no ``call`` field; the system's keys in ``payload``)
+    in this version's shape: each system key leaves the payload for its typed field. Only
+    the keys that version wrote for the job's kind move; everything else stays the user's."""
+    payload = data.get("payload")
+    try:
+        kind = Kind(str(data.get("kind")))
+    except ValueError:
+        return data  # from_dict says what is wrong
+    if not isinstance(payload, dict):
+        return data
+    payload = dict(payload)
+    system = {key: payload.pop(key) for key in _LEGACY_KEYS[kind] if key in payload}
+    out = dict(data, payload=payload, call=None)
+    for name in ("timeout", "grace"):
+        if isinstance(system.get(name), int | float) and not isinstance(system[name], bool):
+            out[name] = system[name]
+    if kind != Kind.COMMAND:
+        module = system.get("module")
+        args = system.get("args", []) if kind == Kind.FUNCTION else []
+        kwargs = system.get("kwargs", {}) if kind == Kind.FUNCTION else {}
+        out["call"] = Call(module if isinstance(module, str) else "", args, kwargs).to_dict()
+    if kind == Kind.PIPELINE:
+        stages = system.get("stages") or {}
+        final = system.get("finalize")
+        out["pipeline"] = PipelineState.from_dict(
+            {
+                "cleanup": system.get("cleanup") or [],
+                "stages": stages,
+                "finalize": ErrorInfo.from_dict(final).to_dict() if final else None,
+            }
+        ).to_dict()
+        out["cancel_requested"] = bool(system.get("canceling"))
+    return out
+
+
 def encode_event(event: ProgressEvent) -> bytes:
     return _dumps(event.to_dict())
+
+
+def decode_event(job_id: str, raw: bytes | str) -> ProgressEvent:
+    """Parse a stored event; :class:`CorruptJob` names the job and says what is wrong."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        event = ProgressEvent.from_dict(_loads(text))
+    except CorruptJob as exc:
+        raise CorruptJob(f"job {job_id} has a corrupt event: {exc.message}") from exc
+    except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+        raise CorruptJob(f"job {job_id} has a corrupt event: {exc}") from exc
+    if event.job_id != job_id:
+        raise CorruptJob(f"job {job_id} has a corrupt event: it names job {event.job_id!r}")
+    return event

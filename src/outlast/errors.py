@@ -13,7 +13,8 @@
     ├── StoreError                  the store's driver failed (sqlite3, psycopg, OSError)
     ├── Pause                       raised by a job to ask a person a question
     ├── Fail                        raised by a job to fail at once, without retry
-    └── Canceled                    raised inside a job by ``check_cancel()`` after a cancel
+    ├── Canceled                    raised inside a job by ``check_cancel()`` after a cancel
+    └── PollTimeout                 a pipeline's poll stage ran out of time (code ``timeout``)
 
 Driver exceptions never escape the store: adapters translate them into ``StoreError``
 (``raise … from exc``). A class's docstring is its default message.
@@ -84,3 +85,9 @@ class Fail(OutlastError):
 
 class Canceled(OutlastError):
     """The job was canceled."""
+
+
+class PollTimeout(OutlastError):
+    """A poll stage's condition did not hold before its timeout."""
+
+    code = "timeout"

@@ -9,6 +9,8 @@ import time
 from outlast.errors import InvalidJobId
 
 MAX_ID_LENGTH = 128
+#: The reserved queue of spawned jobs: each has a dedicated worker, and pools never claim it.
+DEDICATED = "@dedicated"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 

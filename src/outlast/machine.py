@@ -9,7 +9,8 @@ in the same write as the state, so a watcher that sees a terminal state also see
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from outlast.model import (
     ErrorInfo,
     EventStatus,
     JobState,
+    ProgressEvent,
     Status,
     check_transition,
 )
@@ -36,6 +38,17 @@ class NewEvent:
     message: JSON = None
 
 
+def number(
+    job_id: str, last_seq: int, events: Iterable[NewEvent], now: datetime
+) -> list[ProgressEvent]:
+    """The stored form of new events: ``seq`` continuing after ``last_seq``, all at ``now``
+    (every adapter numbers events here, inside the write that appends them)."""
+    return [
+        ProgressEvent(job_id, seq, now, e.step, e.status, e.message)
+        for seq, e in enumerate(events, last_seq + 1)
+    ]
+
+
 @dataclass(frozen=True)
 class Change:
     """What one transition writes: the new state and the events to append after the last."""
@@ -44,7 +57,6 @@ class Change:
     events: tuple[NewEvent, ...] = ()
     #: True when the job became claimable (wakes idle pools).
     claimable: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 MAX_JSON_DEPTH = 500  # nesting a JSON value may have (the standard library's parser allows ~1000)
@@ -213,22 +225,20 @@ def fail(
     return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),))
 
 
-CANCELING = "canceling"  # payload key: a running pipeline runs its cleanup, then is canceled
-
-
 def cancel(state: JobState, now: datetime) -> Change | None:
     """Cancel from pending, running or paused; a terminal job keeps its outcome.
 
-    A *running* pipeline whose ``ALL_DONE`` stages have not run is not made terminal yet: it is
-    marked ``payload["canceling"]``, its worker runs the cleanup stages (recorded like any
-    stage) and then records ``canceled`` (if the worker dies first, reconciling finishes it).
+    A *running* job with cleanup left to run (a pipeline whose ``ALL_DONE`` stages have not
+    run) is not made terminal yet: it gets ``cancel_requested``, its worker runs the cleanup
+    (recorded like any stage) and then records ``canceled`` (if the worker dies first,
+    reconciling finishes it).
     """
     if state.terminal:
         return None
     if state.status == Status.RUNNING and _cleanup_pending(state):
-        if CANCELING in state.payload:
+        if state.cancel_requested:
             return None
-        new = state.evolve(payload={**state.payload, CANCELING: True}, updated_at=now)
+        new = state.evolve(cancel_requested=True, updated_at=now)
         event = NewEvent(JOB_STEP, EventStatus.PROGRESS, {"cancel_requested": True})
         return Change(new, (event,))
     error = ErrorInfo(ErrorCode.CANCELED, "the job was canceled")
@@ -281,12 +291,8 @@ def release(state: JobState, attempt: int | None, now: datetime) -> Change | Non
 
 
 def _cleanup_pending(state: JobState) -> bool:
-    """A pipeline whose ``ALL_DONE`` stages (``payload["cleanup"]``) have not all run."""
-    cleanup = state.payload.get("cleanup")
-    done = state.payload.get("stages")
-    if not isinstance(cleanup, list) or not cleanup:
-        return False
-    return not isinstance(done, dict) or any(name not in done for name in cleanup)
+    """A pipeline whose ``ALL_DONE`` stages have not all run."""
+    return state.pipeline is not None and state.pipeline.cleanup_pending
 
 
 def _finalize(
@@ -295,14 +301,15 @@ def _finalize(
     """A pipeline about to fail for good with its cleanup not run (its worker died or was
     killed): one more run instead, for the ``ALL_DONE`` stages only, which then fails the job
     with ``error``."""
-    if not _cleanup_pending(state) or "finalize" in state.payload:
+    if state.pipeline is None or not state.pipeline.cleanup_pending:
         return None
-    payload = {**state.payload, "finalize": error.to_dict()}
+    if state.pipeline.finalize is not None:
+        return None
     new = state.evolve(
         status=Status.PENDING,
         error=error,
         worker=None,
-        payload=payload,
+        pipeline=replace(state.pipeline, finalize=error),
         max_attempts=state.max_attempts + 1,
         updated_at=now,
     )
@@ -320,7 +327,7 @@ def abandon(state: JobState, now: datetime) -> Change | None:
         hint="the process working on the job died (killed, crashed or its machine went away)",
     )
     message = {"attempt": state.attempts, "error": error.to_dict()}
-    if state.payload.get(CANCELING):  # its worker died while cleaning up after a cancel
+    if state.cancel_requested:  # its worker died while cleaning up after a cancel
         error = ErrorInfo(ErrorCode.CANCELED, "the job was canceled")
         finalizing = _finalize(state, error, message, now)
         if finalizing is not None:

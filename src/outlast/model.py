@@ -15,9 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from outlast.errors import CorruptJob, InvalidTransition
+from outlast.frozen import EMPTY_DICT, EMPTY_LIST, FrozenDict, FrozenList, freeze, thaw
 
 JSON = Any
 """Any value that ``json.dumps`` accepts: dict, list, str, int, float, bool or None."""
+
+_SET = object.__setattr__
 
 
 class Status(enum.StrEnum):
@@ -158,6 +161,9 @@ class ProgressEvent:
     #: Free JSON (usually a string or an object), secret-redacted; None when absent.
     message: JSON = None
 
+    def __post_init__(self) -> None:
+        _SET(self, "message", freeze(self.message))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,
@@ -165,7 +171,7 @@ class ProgressEvent:
             "at": format_time(self.at),
             "step": self.step,
             "status": str(self.status),
-            "message": self.message,
+            "message": thaw(self.message),
         }
 
     @classmethod
@@ -191,8 +197,107 @@ _TIME_FIELDS = ("run_after", "created_at", "started_at", "updated_at", "finished
 
 
 @dataclass(frozen=True, slots=True)
+class Call:
+    """How a function or pipeline job is called: what its worker imports and passes."""
+
+    #: The module that registers the job; a worker that does not know the name imports it.
+    module: str
+    #: Positional JSON arguments (a pipeline takes none: its input is the payload).
+    args: list[Any] = field(default_factory=lambda: EMPTY_LIST)
+    #: Keyword JSON arguments.
+    kwargs: dict[str, Any] = field(default_factory=lambda: EMPTY_DICT)
+
+    def __post_init__(self) -> None:
+        _SET(self, "args", freeze(self.args))
+        _SET(self, "kwargs", freeze(self.kwargs))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"module": self.module, "args": thaw(self.args), "kwargs": thaw(self.kwargs)}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Call:
+        if not isinstance(data, dict):
+            raise CorruptJob("call must be an object or null")
+        module, args, kwargs = data.get("module"), data.get("args", []), data.get("kwargs", {})
+        if not isinstance(module, str):
+            raise CorruptJob("call.module must be a string")
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise CorruptJob("call.args must be a list and call.kwargs an object")
+        return cls(module, args, kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class StageRecord:
+    """The checkpoint of one finished pipeline stage."""
+
+    #: ``succeeded``, ``failed`` or ``skipped``.
+    status: str
+    #: The stage's message (its ``msg``, or why it failed or was skipped).
+    message: JSON = None
+
+    def __post_init__(self) -> None:
+        _SET(self, "message", freeze(self.message))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "message": thaw(self.message)}
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineState:
+    """What the system keeps about a pipeline job's stages (its outputs are the user's, in
+    ``payload["outputs"]``)."""
+
+    #: The ``ALL_DONE`` stages, in order: they run even when the pipeline's worker dies.
+    cleanup: tuple[str, ...] = ()
+    #: The checkpoint of every finished stage, by name, in the order they finished.
+    stages: dict[str, StageRecord] = field(default_factory=lambda: EMPTY_DICT)
+    #: Set when only the cleanup stages are left to run, after which the job ends with this
+    #: error (its worker died or was stopped with no attempts left, or it was canceled).
+    finalize: ErrorInfo | None = None
+
+    def __post_init__(self) -> None:
+        _SET(self, "cleanup", tuple(self.cleanup))
+        if type(self.stages) is not FrozenDict:
+            _SET(self, "stages", FrozenDict(self.stages))
+
+    @property
+    def cleanup_pending(self) -> bool:
+        """True while some ``ALL_DONE`` stage has not run."""
+        return any(name not in self.stages for name in self.cleanup)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cleanup": list(self.cleanup),
+            "stages": {name: record.to_dict() for name, record in self.stages.items()},
+            "finalize": self.finalize.to_dict() if self.finalize else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> PipelineState:
+        if not isinstance(data, dict):
+            raise CorruptJob("pipeline must be an object or null")
+        cleanup, stages = data.get("cleanup", []), data.get("stages", {})
+        if not isinstance(cleanup, list) or not all(isinstance(n, str) for n in cleanup):
+            raise CorruptJob("pipeline.cleanup must be a list of stage names")
+        if not isinstance(stages, dict):
+            raise CorruptJob("pipeline.stages must be an object")
+        records = {}
+        for name, record in stages.items():
+            if not isinstance(record, dict) or not isinstance(record.get("status"), str):
+                raise CorruptJob(f"pipeline.stages[{name!r}] must be an object with a status")
+            records[name] = StageRecord(record["status"], record.get("message"))
+        final = data.get("finalize")
+        return cls(tuple(cleanup), records, None if final is None else ErrorInfo.from_dict(final))
+
+
+@dataclass(frozen=True, slots=True)
 class JobState:
-    """The durable document of one job, as stored and as every interface shows it."""
+    """The durable document of one job, as stored and as every interface shows it.
+
+    Immutable all the way down: nested dicts and lists are :mod:`outlast.frozen` containers,
+    so a state handed to one caller can never be changed by another. ``payload`` is the
+    user's; what the system keeps about how to run the job has a typed field of its own.
+    """
 
     #: Opaque id assigned by the store; a single clean name.
     id: str
@@ -202,8 +307,10 @@ class JobState:
     name: str
     #: The argv of a command job, else None.
     command: list[str] | None = None
+    #: How a function or pipeline job is called (module, args, kwargs), else None.
+    call: Call | None = None
     #: Free ``str -> str`` labels for listing and filtering.
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=lambda: EMPTY_DICT)
     #: The queue a pool claims the job from.
     queue: str = "default"
     #: Where the job is in the status machine.
@@ -214,8 +321,8 @@ class JobState:
     step: str | None = None
     #: Percent done, 0-100, or None when unknown.
     progress: float | None = None
-    #: The job's input: function arguments, pipeline state and stage outputs.
-    payload: dict[str, Any] = field(default_factory=dict)
+    #: The user's input, as given (a pipeline's stage outputs land in ``payload["outputs"]``).
+    payload: dict[str, Any] = field(default_factory=lambda: EMPTY_DICT)
     #: What a succeeded job returned (JSON), else None.
     result: JSON = None
     #: Why the job failed or was canceled, else None.
@@ -224,12 +331,21 @@ class JobState:
     attempts: int = 0
     #: Attempts allowed before a failure is final.
     max_attempts: int = 1
+    #: Seconds an attempt may run before it is stopped (code ``timeout``), or None.
+    timeout: float | None = None
+    #: Seconds between asking the work to stop (SIGTERM, SIGUSR1) and killing it, or None
+    #: for the worker's default.
+    grace: float | None = None
     #: Not to be claimed before this time (retry backoff), or None.
     run_after: datetime | None = None
     #: What a paused job asks a person, else None.
     question: JSON = None
     #: The person's answer after a resume, else None.
     answer: JSON = None
+    #: A cancel is in progress: the worker runs the cleanup it must, then records ``canceled``.
+    cancel_requested: bool = False
+    #: A pipeline job's stage checkpoints, else None.
+    pipeline: PipelineState | None = None
     #: The OS process doing the work (a command job's process-group leader), or None.
     pid: int | None = None
     #: The kernel's start time of ``pid``, so a reused PID is never mistaken for the job's.
@@ -242,41 +358,57 @@ class JobState:
     updated_at: datetime = field(default_factory=utcnow)
     finished_at: datetime | None = None
 
+    def __post_init__(self) -> None:
+        for name in _NESTED:
+            value = getattr(self, name)
+            if type(value) not in _SCALAR_OR_FROZEN:
+                _SET(self, name, freeze(value))
+
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
     def evolve(self, **changes: Any) -> JobState:
         """A copy with ``changes`` applied (like ``dataclasses.replace``, without its
-        per-call introspection: this is on every transition's path)."""
+        per-call introspection: this is on every transition's path). New nested values are
+        frozen; the unchanged ones are shared, which is safe because they cannot change."""
         unknown = changes.keys() - _FIELD_NAMES
         if unknown:
             raise TypeError(f"JobState has no fields {sorted(unknown)}")
+        for name in _NESTED:
+            if name in changes and type(changes[name]) not in _SCALAR_OR_FROZEN:
+                changes[name] = freeze(changes[name])
         new = object.__new__(JobState)
         for name in _FIELD_ORDER:  # the frozen fields, set as __init__ would set them
             _SET(new, name, changes[name] if name in changes else getattr(self, name))
         return new
 
     def to_dict(self) -> dict[str, Any]:
+        """The job document (DESIGN.md), as plain JSON values the caller owns."""
         return {
             "id": self.id,
             "kind": str(self.kind),
             "name": self.name,
             "command": list(self.command) if self.command is not None else None,
+            "call": self.call.to_dict() if self.call else None,
             "labels": dict(self.labels),
             "queue": self.queue,
             "status": str(self.status),
             "phase": self.phase,
             "step": self.step,
             "progress": self.progress,
-            "payload": self.payload,
-            "result": self.result,
+            "payload": thaw(self.payload),
+            "result": thaw(self.result),
             "error": self.error.to_dict() if self.error else None,
             "attempts": self.attempts,
             "max_attempts": self.max_attempts,
+            "timeout": self.timeout,
+            "grace": self.grace,
             "run_after": format_time(self.run_after),
-            "question": self.question,
-            "answer": self.answer,
+            "question": thaw(self.question),
+            "answer": thaw(self.answer),
+            "cancel_requested": self.cancel_requested,
+            "pipeline": self.pipeline.to_dict() if self.pipeline else None,
             "pid": self.pid,
             "pid_started_at": format_time(self.pid_started_at),
             "worker": self.worker,
@@ -288,7 +420,8 @@ class JobState:
 
     @classmethod
     def from_dict(cls, data: object) -> JobState:
-        """Read a document back; raises :class:`CorruptJob` saying what is wrong."""
+        """Read a document back; raises :class:`CorruptJob` saying what is wrong. A field
+        that is missing (a document written before it existed) reads as its default."""
         if not isinstance(data, dict):
             raise CorruptJob(f"a job document must be a JSON object, not {type(data).__name__}")
         unknown = data.keys() - _FIELD_NAMES
@@ -311,18 +444,26 @@ class JobState:
             values.pop("created_at", None)
         if values.get("updated_at") is None:
             values.pop("updated_at", None)
-        if data.get("error") is not None:
-            values["error"] = ErrorInfo.from_dict(data["error"])
+        for name, reader in _NESTED_READERS:
+            if data.get(name) is not None:
+                values[name] = reader(data[name])
         _check_shapes(values)
         return cls(**values)
 
 
+_NESTED_READERS = (
+    ("error", ErrorInfo.from_dict),
+    ("call", Call.from_dict),
+    ("pipeline", PipelineState.from_dict),
+)
 _FIELD_ORDER = tuple(f.name for f in fields(JobState))
 _FIELD_NAMES = frozenset(_FIELD_ORDER)
-_SET = object.__setattr__
 _KINDS = {k.value: k for k in Kind}
 _STATUSES = {s.value: s for s in Status}
 _PARSED_TIMES = (*_TIME_FIELDS, "pid_started_at")
+#: The fields that can hold dicts and lists, frozen when a state is made.
+_NESTED = ("command", "labels", "payload", "result", "question", "answer")
+_SCALAR_OR_FROZEN = frozenset({FrozenDict, FrozenList, str, int, float, bool, type(None)})
 
 
 def _check_shapes(values: dict[str, Any]) -> None:
@@ -342,22 +483,36 @@ def _check_shapes(values: dict[str, Any]) -> None:
         value = values.get(name, 0)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise CorruptJob(f"{name} must be a non-negative integer")
+    _check_scalars(values)
+
+
+def _check_scalars(values: dict[str, Any]) -> None:
     progress = values.get("progress")
-    if progress is not None and (
-        not isinstance(progress, int | float)
-        or isinstance(progress, bool)
-        or not 0 <= progress <= 100
-    ):
+    if progress is not None and not _is_number(progress, 0, 100):
         raise CorruptJob("progress must be a number from 0 to 100 or null")
+    for name in ("timeout", "grace"):
+        value = values.get(name)
+        if value is not None and not _is_number(value, 0, math.inf):
+            raise CorruptJob(f"{name} must be a number of seconds >= 0 or null")
     pid = values.get("pid")
     if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool)):
         raise CorruptJob("pid must be an integer or null")
-    for name in ("queue",):
-        if name in values and not isinstance(values[name], str):
-            raise CorruptJob(f"{name} must be a string")
+    if not isinstance(values.get("cancel_requested", False), bool):
+        raise CorruptJob("cancel_requested must be true or false")
+    if "queue" in values and not isinstance(values["queue"], str):
+        raise CorruptJob("queue must be a string")
     for name in ("phase", "step", "worker"):
         if values.get(name) is not None and not isinstance(values[name], str):
             raise CorruptJob(f"{name} must be a string or null")
+
+
+def _is_number(value: object, low: float, high: float) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and low <= value <= high
+        and (value != math.inf or high == math.inf)
+    )
 
 
 def clamp_progress(value: float | None) -> float | None:

@@ -79,7 +79,7 @@ def test_post_queues_registered_jobs_only(client: httpx.Client, http_store: Stor
     doc = response.json()
     assert response.headers["location"] == f"/jobs/{doc['id']}"
     assert (doc["kind"], doc["name"], doc["status"]) == ("function", "tests.add", "pending")
-    assert (doc["payload"]["args"], doc["labels"], doc["command"]) == (
+    assert (doc["call"]["args"], doc["labels"], doc["command"]) == (
         [1, 2],
         {"via": "http"},
         None,

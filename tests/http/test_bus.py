@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from outlast import bus as bus_module
-from outlast.bus import MemoryBus, Progress, StoreBus
+from outlast.bus import Progress, StoreBus
 from outlast.errors import InvalidInput, InvalidJobId, JobNotFound
 from outlast.model import ProgressEvent
 from outlast.store import Store, open_store
 from tests.http.harness import finish, start_worker
+from tests.http.memory_bus import MemoryBus
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ def _drain(url: str, limit: int, ready: Any, go: Any, out: Any) -> None:
             continue
         idle = 0
         items = [(t.id, _succeed(t.attempt)) for t in tasks]
-        store._modify_many(items)
+        store.apply_many(items)
         for t in tasks:
             t.release_worker_lock()
         done += len(tasks)

@@ -18,7 +18,7 @@ import pytest
 
 from outlast.errors import CorruptJob, InvalidInput, JobNotFound, StoreError, WorkerLockHeld
 from outlast.model import Status
-from outlast.store import open_store
+from outlast.store import _pglocks, open_store
 from outlast.store import postgresql as pg
 from outlast.store.postgresql import PostgresStore
 from tests.pg import support, workers
@@ -64,11 +64,11 @@ def versions(url: str) -> list[int]:
 def test_migrations_are_idempotent(url: str) -> None:
     with open_store(url) as store:
         job = store.create(name="kept")
-    assert versions(url) == list(range(1, len(pg._pg.MIGRATIONS) + 1))
+    assert versions(url) == list(range(1, len(pg.migrations("any")) + 1))
     for _ in range(3):
         with open_store(url) as store:
             assert store.get(job.id).name == "kept"
-    assert versions(url) == list(range(1, len(pg._pg.MIGRATIONS) + 1))
+    assert versions(url) == list(range(1, len(pg.migrations("any")) + 1))
 
 
 def test_migrations_from_four_processes_at_once(url: str) -> None:
@@ -81,7 +81,7 @@ def test_migrations_from_four_processes_at_once(url: str) -> None:
     finally:
         for child in children:
             child.close()
-    assert versions(url) == list(range(1, len(pg._pg.MIGRATIONS) + 1))
+    assert versions(url) == list(range(1, len(pg.migrations("any")) + 1))
     with open_store(url) as store:
         assert store.list() == []
 
@@ -204,7 +204,7 @@ def test_a_lock_is_not_taken_twice_in_one_process(pgstore: PostgresStore) -> Non
 def test_colliding_lock_keys_delay_a_job_but_never_double_it(
     pgstore: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pg, "lock_key", lambda schema, job_id: 42)
+    monkeypatch.setattr(_pglocks, "lock_key", lambda schema, job_id: 42)
     first, second = pgstore.create(name="a"), pgstore.create(name="b")
     [task] = pgstore.claim(limit=2)
     assert task.id == first.id

@@ -31,7 +31,7 @@ def test_cancel_records_the_cleanup_stage(env: Env) -> None:
     time.sleep(0.5)
     state = env.store.get(task.id)
     assert state.status == Status.CANCELED
-    assert state.payload["stages"][actions.CLEANUP]["status"] == "succeeded"
+    assert state.to_dict()["pipeline"]["stages"][actions.CLEANUP]["status"] == "succeeded"
 
 
 def test_a_burst_pool_reconciles_what_a_dead_pool_left(env: Env) -> None:
@@ -52,7 +52,7 @@ def test_a_pipeline_killed_for_its_timeout_still_cleans_up(env: Env) -> None:
     state = env.store.get(task.id)
     assert state.status == Status.FAILED and state.error is not None
     assert state.error.code == "timeout"
-    assert state.payload["stages"][actions.CLEANUP]["status"] == "succeeded"
+    assert state.to_dict()["pipeline"]["stages"][actions.CLEANUP]["status"] == "succeeded"
     assert status_files(env.status_file()) == []
 
 
@@ -62,5 +62,5 @@ def test_a_pipeline_whose_job_process_dies_still_cleans_up(env: Env) -> None:
     state = env.store.get(task.id)
     assert state.status == Status.FAILED
     pid = export_pid(state)
-    assert state.payload["stages"][actions.CLEANUP]["status"] == "succeeded", pid
+    assert state.to_dict()["pipeline"]["stages"][actions.CLEANUP]["status"] == "succeeded", pid
     assert status_files(env.status_file()) == []

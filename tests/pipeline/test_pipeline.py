@@ -47,7 +47,7 @@ def assert_succeeded(state: JobState, events: list[ProgressEvent], status_file: 
 
     payload = state.payload
     for stage in STAGES:
-        record = payload["stages"][stage]
+        record = state.to_dict()["pipeline"]["stages"][stage]
         assert record["status"] == "succeeded"
         completed = [e for e in events if e.step == stage and str(e.status) == "completed"]
         assert record["message"] == completed[0].message  # the event's message is the stage's
@@ -91,7 +91,7 @@ def test_seed_pipeline_in_a_detached_worker(env: Env) -> None:
     doc = env.cli_json("status", task.id)
     assert doc["status"] == "succeeded" and doc["error"] is None
     assert doc["payload"]["outputs"] == state.payload["outputs"]
-    assert doc["payload"]["stages"][actions.CLEANUP]["status"] == "succeeded"
+    assert doc["pipeline"]["stages"][actions.CLEANUP]["status"] == "succeeded"
 
 
 def test_pipeline_through_an_outlast_worker_process(env: Env) -> None:
@@ -127,7 +127,7 @@ def test_submit_with_a_payload_from_the_cli(env: Env) -> None:
 def assert_failed_with_cleanup(state: JobState, status_file: Path, code: str = "error") -> None:
     assert state.status == Status.FAILED
     assert state.error is not None and state.error.code == code, state.error
-    cleanup = state.payload["stages"][actions.CLEANUP]
+    cleanup = state.to_dict()["pipeline"]["stages"][actions.CLEANUP]
     assert cleanup["status"] == "succeeded", cleanup
     assert status_files(status_file) == []
 
@@ -152,8 +152,8 @@ def test_verify_failure_fails_the_pipeline_and_cleans_up(
     assert_failed_with_cleanup(state, status)
     assert state.error is not None and state.error.type == "RuntimeError"
     assert match.split("=")[0] in state.error.message
-    assert state.payload["stages"][actions.VERIFY]["status"] == "failed"
-    assert state.payload["stages"][actions.AWAIT]["status"] == "succeeded"
+    assert state.to_dict()["pipeline"]["stages"][actions.VERIFY]["status"] == "failed"
+    assert state.to_dict()["pipeline"]["stages"][actions.AWAIT]["status"] == "succeeded"
     assert actions.VERIFY not in state.payload["outputs"]
     events = env.events(state.id)
     assert_stage_events(events, actions.VERIFY, end="failed")
@@ -169,7 +169,7 @@ def test_never_ready_times_out_and_cleans_up(env: Env) -> None:
     state = env.store.get(task.id)
     assert_failed_with_cleanup(state, status, code="timeout")
     assert "not ready after 3s" in state.error.message  # type: ignore[union-attr]
-    stages = state.payload["stages"]
+    stages = state.to_dict()["pipeline"]["stages"]
     assert stages[actions.AWAIT]["status"] == "failed"
     assert stages[actions.VERIFY]["status"] == "skipped"
     last_tick = state.payload["outputs"][actions.AWAIT]
@@ -203,7 +203,7 @@ def test_bad_payload_fails_clearly_and_cleanup_is_safe(env: Env, make: Any, matc
     assert state.status == Status.FAILED
     assert state.error is not None and state.error.type == "ValueError"
     assert match in state.error.message
-    stages = state.payload["stages"]
+    stages = state.to_dict()["pipeline"]["stages"]
     assert stages[actions.SPAWN]["status"] == "failed"
     assert match in stages[actions.SPAWN]["message"]
     assert stages[actions.AWAIT]["status"] == stages[actions.VERIFY]["status"] == "skipped"

@@ -64,7 +64,7 @@ def reconciled_by_status(env: Env, job_id: str) -> dict[str, Any]:
 def assert_abandoned_and_cleaned(env: Env, doc: dict[str, Any], status: Path, pid: int) -> None:
     assert doc["status"] == "failed"
     assert doc["error"]["code"] == "abandoned", doc["error"]
-    stages = doc["payload"]["stages"]
+    stages = doc["pipeline"]["stages"]
     assert stages[actions.SPAWN]["status"] == "succeeded"
     assert actions.AWAIT not in stages  # interrupted: it never finished
     assert actions.VERIFY not in stages
@@ -146,7 +146,7 @@ def test_retry_skips_finished_stages(env: Env, how: str) -> None:
     job = [(str(e.status), e.message) for e in events if e.step == "job"]
     assert [s for s, _ in job] == ["started", "failed", "started", "completed"]
     assert "transient" in job[1][1]["error"]["message"]
-    assert state.payload["stages"][actions.AWAIT]["status"] == "succeeded"
+    assert state.to_dict()["pipeline"]["stages"][actions.AWAIT]["status"] == "succeeded"
     assert state.payload["outputs"][actions.VERIFY]["verified"] is True
     assert status_files(status) == []
 
@@ -160,8 +160,8 @@ def _pause_payload(env: Env) -> dict[str, Any]:
 def _assert_paused(env: Env, state: JobState) -> None:
     assert state.status == Status.PAUSED
     assert state.question == {"question": "verify and publish the export?", "choices": ["yes"]}
-    assert state.payload["stages"][actions.AWAIT]["status"] == "succeeded"
-    assert "approve" not in state.payload["stages"]
+    assert state.to_dict()["pipeline"]["stages"][actions.AWAIT]["status"] == "succeeded"
+    assert "approve" not in state.to_dict()["pipeline"]["stages"]
     assert env.status_file().exists()  # not cleaned up: the pipeline has not finished
 
 
@@ -170,7 +170,7 @@ def _assert_resumed(env: Env, state: JobState) -> None:
     assert (env.tmp / "spawn.log").read_text().splitlines() == ["attempt 1"]
     assert (env.tmp / "approve.log").read_text().splitlines() == ["None", "'yes'"]
     assert state.payload["outputs"]["approve"] == {"answer": "yes"}
-    assert state.payload["stages"]["approve"]["message"] == "approved: 'yes'"
+    assert state.to_dict()["pipeline"]["stages"]["approve"]["message"] == "approved: 'yes'"
     events = env.events(state.id)
     assert steps_of(events, actions.SPAWN) == ["started", "completed"]
     assert steps_of(events, actions.AWAIT).count("started") == 1

@@ -170,7 +170,7 @@ def test_cli_submit_with_good_input_queues_the_job(pool: Harness) -> None:
     result = pool.cli(*SUBMIT, "pt.noop", "--args", '[{"k": [1, 2]}]', "--queue", "q1", "--json")
     assert result.returncode == 0, result
     (state,) = pool.all()
-    assert state.payload["args"] == [{"k": [1, 2]}]
+    assert state.call is not None and state.call.args == [{"k": [1, 2]}]
     assert state.queue == "q1"
     worker = pool.worker("--queue", "q1", "--burst")
     assert worker.wait(60) == 0

@@ -22,12 +22,13 @@ from outlast.model import (
 )
 from outlast.store import Store
 
-#: DESIGN.md, "The job document", plus ``pid_started_at`` (an addition).
+#: DESIGN.md, "The job document", plus ``pid_started_at`` (an addition) and the typed
+#: system fields: the call of a function job, options, a cancel in progress, pipeline state.
 DOC_FIELDS = {
     "id", "kind", "name", "command", "labels", "queue", "status", "phase", "step", "progress",
     "payload", "result", "error", "attempts", "max_attempts", "run_after", "question", "answer",
     "pid", "worker", "created_at", "started_at", "updated_at", "finished_at",
-    "pid_started_at",
+    "pid_started_at", "call", "timeout", "grace", "cancel_requested", "pipeline",
 }  # fmt: skip
 ERROR_FIELDS = {"code", "message", "hint", "type"}
 EVENT_FIELDS = {"job_id", "seq", "at", "step", "status", "message"}

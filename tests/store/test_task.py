@@ -363,7 +363,7 @@ def test_many_outcomes_in_one_write_each_land_on_their_own_job(store: Store) -> 
     items.append(
         (first.id, lambda s: machine.report(s, first.attempt, "late", late, None, None, utcnow()))
     )
-    results = store._modify_many(items)
+    results = store.apply_many(items)
     assert [r[0].id for r in results] == [t.id for t in tasks] + [first.id]
     for task in tasks:
         state = store.get(task.id)
@@ -388,7 +388,7 @@ def test_the_same_job_twice_in_one_batch_gets_both_changes_in_order(store: Store
             ),
         )
 
-    results = store._modify_many([report("a"), report("b")])
+    results = store.apply_many([report("a"), report("b")])
     assert [[e.seq for e in events] for _, events in results] == [[2], [3]]
     assert statuses(store, task.id)[1:] == [(2, "a", "progress"), (3, "b", "progress")]
     assert store.get(task.id).step == "b"
@@ -408,8 +408,8 @@ def test_jobs_of_a_dead_namesake_are_failed_over_when_this_process_goes_live(
     me = worker_name()
     ghost = store.create(name="ghost", max_attempts=1)
     other = store.create(name="other")
-    store._modify(ghost.id, lambda s: machine.start(s, me, utcnow()))  # behind our own back
-    store._modify(other.id, lambda s: machine.start(s, "elsewhere:1", utcnow()))
+    store.apply(ghost.id, lambda s: machine.start(s, me, utcnow()))  # behind our own back
+    store.apply(other.id, lambda s: machine.start(s, "elsewhere:1", utcnow()))
     assert store.claim() == []
     state = store.get(ghost.id)
     assert state.status == Status.FAILED and state.error is not None
@@ -438,9 +438,7 @@ def test_two_jobs_alternating_in_one_batch_each_see_their_own_earlier_change(
         )
 
     a, b = tasks
-    results = store._modify_many(
-        [report(a, "a1"), report(b, "b1"), report(a, "a2"), report(b, "b2")]
-    )
+    results = store.apply_many([report(a, "a1"), report(b, "b1"), report(a, "a2"), report(b, "b2")])
     assert [[e.seq for e in events] for _, events in results] == [[2], [2], [3], [3]]
     for task, steps in ((a, ["a1", "a2"]), (b, ["b1", "b2"])):
         assert [step for _, step, _ in statuses(store, task.id)[1:]] == steps

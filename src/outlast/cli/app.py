@@ -1,8 +1,9 @@
 """The ``outlast`` command line (click). Parses input, calls the store and run layers, prints.
 
 Every verb takes ``--store URL`` (default ``$OUTLAST_STORE``, else SQLite in the user's state
-directory) and most take ``--json``, which prints the job document of DESIGN.md. User errors
-print one line, ``outlast: error: …``, on stderr and exit 2; nothing is written.
+directory) and most take ``--json``, which prints the job document of DESIGN.md. Errors print
+one line, ``outlast: error: …``, on stderr: a user error exits 2 and writes nothing; a store
+that fails (unreachable, corrupt) exits 5.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from typing import Any, TypeVar
 import click
 
 from outlast.cli import render
-from outlast.errors import InvalidInput, OutlastError
+from outlast.errors import CorruptJob, InvalidInput, OutlastError, StoreError
 from outlast.model import EventStatus, JobState, Status
 from outlast.store import Store, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-EXIT_FAILED, EXIT_USAGE, EXIT_CANCELED, EXIT_TIMEOUT = 1, 2, 3, 124
+#: Exit codes: a job failed, a user error (bad input, no such job, a move the status machine
+#: does not allow), a canceled job, the store failed (unreachable, corrupt), timed out.
+EXIT_FAILED, EXIT_USAGE, EXIT_CANCELED, EXIT_STORE, EXIT_TIMEOUT = 1, 2, 3, 5, 124
 
 
 def store_option(fn: F) -> F:
@@ -84,7 +87,8 @@ def parse_duration(text: str) -> float:
 
 
 class Cli(click.Group):
-    """Turns outlast's errors and click's usage errors into one line on stderr, exit 2."""
+    """Turns outlast's errors and click's usage errors into one line on stderr: exit 2 for a
+    user's error, 5 when the store failed."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
@@ -101,6 +105,9 @@ class Cli(click.Group):
         except click.ClickException as exc:
             click.echo(f"outlast: error: {exc.format_message()}", err=True)
             sys.exit(exc.exit_code)
+        except (StoreError, CorruptJob) as exc:
+            click.echo(f"outlast: error: {exc}", err=True)
+            sys.exit(EXIT_STORE)
         except OutlastError as exc:
             click.echo(f"outlast: error: {exc}", err=True)
             sys.exit(EXIT_USAGE)
@@ -153,22 +160,17 @@ def run(
     if not command:
         raise click.UsageError("no command given: outlast run [OPTIONS] -- COMMAND [ARGS]...")
     parsed = parse_labels(labels)
-    import os
+    from outlast.run.api import run_command
 
-    from outlast.run.logs import max_bytes
-    from outlast.run.spawn import save_context, spawn_supervisor
-
-    max_bytes()  # a bad $OUTLAST_LOG_MAX_BYTES is refused here, before anything is written
     with _open(store_url) as store:
-        task = store.create(
-            command=list(command),
+        task = run_command(
+            list(command),
             name=name,
             labels=parsed,
-            max_attempts=attempts,
-            payload={"grace": grace},
+            attempts=attempts,
+            grace=grace,
+            store=store,
         )
-        save_context(store, task.id, os.getcwd(), dict(os.environ))
-        spawn_supervisor(store, task.id)
         if as_json:
             _print_job(task.state(), True)
         else:
@@ -448,7 +450,7 @@ def _create_job(
     if queue is not None:
         _queue_name(queue)
     from outlast.run import registry
-    from outlast.run.api import create_job
+    from outlast.run.api import create_job, spawn_job
 
     registry.import_modules(list(imports))
     spec = registry.lookup(name)
@@ -456,18 +458,15 @@ def _create_job(
         raise click.UsageError("a pipeline takes --payload JSON, not --args/--kwargs")
     if spec.kind != "pipeline" and payload is not None:
         raise click.UsageError("--payload is for pipelines; a function takes --args/--kwargs")
+    if detach and queue is not None:
+        raise click.UsageError("a spawned job runs in its own worker: no --queue")
     with _open(store_url) as store:
         if detach:
-            from outlast.run.api import DEDICATED, spawn_dedicated
-
-            if queue is not None:
-                raise click.UsageError("a spawned job runs in its own worker: no --queue")
-            queue = DEDICATED
-        task = create_job(
-            store, spec, args, kwargs, queue=queue, labels=parsed_labels, payload=payload
-        )
-        if detach:
-            spawn_dedicated(store, task.id)
+            task = spawn_job(store, spec, args, kwargs, labels=parsed_labels, payload=payload)
+        else:
+            task = create_job(
+                store, spec, args, kwargs, queue=queue, labels=parsed_labels, payload=payload
+            )
         if as_json:
             _print_job(task.state(), True)
         else:

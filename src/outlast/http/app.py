@@ -34,8 +34,7 @@ from outlast.http.guard import Guard
 from outlast.http.schemas import CreateJob, ErrorBody, Health, JobDocument, JobPage, Resume
 from outlast.model import JobState, Status
 from outlast.run import api, reap
-from outlast.store import Store
-from outlast.store.base import parse_label
+from outlast.store import Store, parse_label
 
 STATIC = Path(__file__).with_name("static")
 #: Bytes of a log read at most for one tail.

@@ -39,6 +39,27 @@ class ErrorInfoDoc(BaseModel):
     type: str | None
 
 
+class CallDoc(BaseModel):
+    """How a function or pipeline job is called."""
+
+    module: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+class StageDoc(BaseModel):
+    status: str
+    message: Any
+
+
+class PipelineDoc(BaseModel):
+    """A pipeline job's stage checkpoints (its outputs are in ``payload.outputs``)."""
+
+    cleanup: list[str]
+    stages: dict[str, StageDoc]
+    finalize: ErrorInfoDoc | None
+
+
 class JobDocument(BaseModel):
     """A job: the document of DESIGN.md ("The job document"); times are ISO 8601 UTC."""
 
@@ -46,6 +67,7 @@ class JobDocument(BaseModel):
     kind: Literal["command", "function", "pipeline"]
     name: str
     command: list[str] | None
+    call: CallDoc | None
     labels: dict[str, str]
     queue: str
     status: JobStatus
@@ -57,9 +79,13 @@ class JobDocument(BaseModel):
     error: ErrorInfoDoc | None
     attempts: int
     max_attempts: int
+    timeout: float | None
+    grace: float | None
     run_after: str | None
     question: Any
     answer: Any
+    cancel_requested: bool
+    pipeline: PipelineDoc | None
     pid: int | None
     pid_started_at: str | None
     worker: str | None

@@ -66,12 +66,15 @@ def serve(
     import uvicorn
 
     from outlast.http.app import create_app
+    from outlast.run.maintain import Maintainer
     from outlast.run.registry import import_modules
     from outlast.store import open_store
 
     import_modules(list(imports))
     store = open_store(store_url)
+    maintainer = Maintainer(store)  # the server takes its turn at the store's maintenance
     try:
+        maintainer.start()
         app = create_app(store, token=token)
         server = uvicorn.Server(
             uvicorn.Config(
@@ -86,4 +89,5 @@ def serve(
         )
         server.run()
     finally:
+        maintainer.stop()
         store.close()

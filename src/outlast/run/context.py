@@ -57,7 +57,7 @@ class JobContext:
             state = self.task.state()
         except OutlastError:
             return False
-        if state.status == Status.CANCELED or state.payload.get("canceling"):
+        if state.status == Status.CANCELED or state.cancel_requested:
             self._cancel.set()
         return self._cancel.is_set()
 

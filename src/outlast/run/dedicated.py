@@ -13,8 +13,7 @@ from outlast.errors import OutlastError, WorkerLockHeld
 from outlast.model import Status
 from outlast.run import context
 from outlast.run.execute import execute
-from outlast.run.supervisor import _wait_until_due
-from outlast.store import Store, open_store
+from outlast.store import Store, open_store, wait_until_due
 
 
 def run_dedicated(store: Store, job_id: str) -> None:
@@ -25,7 +24,7 @@ def run_dedicated(store: Store, job_id: str) -> None:
         return
     context.install_cancel_handler()
     while True:
-        if _wait_until_due(store, job_id) is None or not task.start():
+        if wait_until_due(store, job_id) is None or not task.start():
             return
         assert task.attempt is not None
         execute(store, job_id, task.attempt, dedicated=True)

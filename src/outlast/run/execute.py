@@ -12,11 +12,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from outlast import machine
+from outlast import config, machine
 from outlast.errors import Canceled, Fail, OutlastError, Pause
-from outlast.model import JSON, ErrorInfo, JobState, Kind
+from outlast.frozen import thaw
+from outlast.model import JSON, ErrorInfo, JobState, Kind, utcnow
 from outlast.run import context, registry
-from outlast.store import Store, Task
+from outlast.run.pipeline import run_pipeline
+from outlast.store import Store, Task, Transition
 
 log = logging.getLogger("outlast.worker")
 
@@ -33,14 +35,11 @@ class Outcome:
 
 def _call(spec: registry.JobSpec, task: Task, state: JobState) -> Any:
     if state.kind == Kind.PIPELINE:
-        from outlast.pipeline import run_pipeline
-
         return run_pipeline(spec, task, state)
-    args = state.payload.get("args", [])
-    kwargs = state.payload.get("kwargs", {})
-    if not isinstance(args, list) or not isinstance(kwargs, dict):
-        raise Fail("the job's payload has malformed args/kwargs")
-    return spec.fn(*args, **kwargs)
+    if state.call is None:
+        raise Fail("the job has no call (module, args, kwargs) to run")
+    # the function gets its own copies: what it does to them never reaches the stored state
+    return spec.fn(*thaw(state.call.args), **thaw(state.call.kwargs))
 
 
 def run_attempt(store: Store, job_id: str, attempt: int, state: JobState | None = None) -> Outcome:
@@ -81,11 +80,8 @@ def run_attempt(store: Store, job_id: str, attempt: int, state: JobState | None 
         context.enter(None)
 
 
-def transition(outcome: Outcome, attempt: int, keep_worker: bool = False) -> Any:
+def transition(outcome: Outcome, attempt: int, keep_worker: bool = False) -> Transition | None:
     """The store transition that records ``outcome`` (None for nothing to write)."""
-    from outlast import config
-    from outlast.model import utcnow
-
     verb = outcome.verb
     if verb == "succeed":
         return lambda s: machine.succeed(s, attempt, outcome.value, utcnow())
@@ -106,4 +102,4 @@ def execute(store: Store, job_id: str, attempt: int, dedicated: bool = False) ->
     """
     fn = transition(run_attempt(store, job_id, attempt), attempt, keep_worker=dedicated)
     if fn is not None:
-        store._modify(job_id, fn)
+        store.apply(job_id, fn)

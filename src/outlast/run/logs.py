@@ -94,7 +94,7 @@ def follow(
     out: Callable[[bytes], None],
     finished: Callable[[], bool],
     listener_fd: int | None,
-    drain: Callable[[], None],
+    drain: Callable[[], object],
 ) -> None:
     """Print the log and everything appended to it until ``finished()`` is true.
 

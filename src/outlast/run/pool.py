@@ -10,8 +10,11 @@ idle) and drops those jobs' locks. If the pool
 dies, every job it held is seen as abandoned at once, and its job processes die with it
 (parent-death signal).
 
-- Idle: sleeps with backoff doubling from ``WORKER_POLL_MIN`` to ``WORKER_POLL_MAX``, woken
-  early by the store's notification when a job becomes claimable.
+- Idle: on a store that pushes notifications (all three do), it sleeps until a job becomes
+  claimable (the queue's wake-up) or the earliest delayed job of its queues is due, and costs
+  no query while nothing changes (a re-check every ``IDLE_RECHECK`` seconds is the safety net
+  for a lost wake-up). On a store without them it polls, with backoff doubling from
+  ``WORKER_POLL_MIN`` to ``WORKER_POLL_MAX``.
 - Prefetch: while its jobs are short (a moving mean under ``PREFETCH_BELOW``), it claims in
   batches and holds up to ``PREFETCH`` claimed jobs per process beyond those running, so a
   finished job is followed by the next without a round trip to the store (8 per process
@@ -27,7 +30,8 @@ dies, every job it held is seen as abandoned at once, and its job processes die 
   the grace period (at most 10 s) if the job is still running there.
 - SIGTERM/SIGINT: stop claiming; running jobs get ``grace`` seconds to finish, then their
   processes are killed and the jobs go back to ``pending`` without counting the attempt.
-- Every second it reconciles abandoned jobs of dead workers.
+- Reconciling the jobs of dead workers is the store's maintenance, done by whichever pool
+  (or server) holds the store's maintenance lock (:mod:`outlast.run.maintain`).
 """
 
 from __future__ import annotations
@@ -50,18 +54,20 @@ from typing import Any
 from outlast import codec, config
 from outlast.errors import InvalidInput, OutlastError
 from outlast.ids import check_queue
-from outlast.model import ErrorCode, ErrorInfo, Kind, Status
+from outlast.model import ErrorCode, ErrorInfo, Kind, Status, utcnow
 from outlast.run.execute import Outcome, transition
-from outlast.store import Store, Task, open_store, worker_name
+from outlast.run.maintain import Maintainer
+from outlast.store import Listener, Store, Task, open_store
 
 log = logging.getLogger("outlast.worker")
-RECONCILE_EVERY = 1.0
+IDLE_RECHECK = 60.0  # seconds an idle pool sleeps at most on a store with notifications
 CHECK_EVERY = 0.05  # at most this often, the running jobs are checked for a cancel
 CANCEL_GRACE_MAX = 10.0
 FLUSH_DELAY = 0.005  # seconds an outcome may wait to be written with others (when busy)
 FLUSH_BATCH = 16  # outcomes written at once without waiting out FLUSH_DELAY
 PREFETCH = 8  # jobs claimed ahead per process: claims are batched, at the cost of holding them
 PREFETCH_BELOW = 0.05  # seconds: only jobs shorter than this (on average) are claimed ahead
+KINDS = [Kind.FUNCTION, Kind.PIPELINE]  # what pools run (commands have their supervisors)
 
 
 class JobProcess:
@@ -114,8 +120,10 @@ class Pool:
         imports: list[str] | None = None,
         burst: bool = False,
         grace: float = 30.0,
-        name: str | None = None,
+        maintain: bool = True,
     ) -> None:
+        """``maintain``: take part in the election of the store's maintainer (a pool that
+        wins reconciles the jobs of dead workers for everyone)."""
         if not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidInput(f"concurrency must be a whole number >= 1, not {concurrency!r}")
         for queue in queues or []:
@@ -123,13 +131,18 @@ class Pool:
         self.store, self.concurrency = store, concurrency
         self.queues = list(queues or ["default"])
         self.imports, self.burst, self.grace = list(imports or []), burst, grace
-        self.name = name or worker_name()
+        self.maintainer = Maintainer(store) if maintain else None
         self.poll_min, self.poll_max = config.poll_bounds()
         self.slots: list[Slot] = []
         self.backlog: collections.deque[Task] = collections.deque()
         self.stopping = False
         self.processed = 0
-        self._last_reconcile = 0.0
+        #: Claims made, and times the pool found nothing to claim (for tests and benchmarks).
+        self.claims = self.empty_claims = 0
+        self._due_at: float | None = None  # when the earliest delayed job is due (monotonic)
+        self._claim_due = True  # there may be a job to claim (see _fill)
+        # stop() (a signal handler) writes here, so the loop never sleeps through a stop
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._stop_at = float("inf")
         self._check_at: float | None = None
         self._unwritten: list[tuple[Task, Outcome]] = []  # outcomes not written yet
@@ -199,13 +212,9 @@ class Pool:
     # ------------------------------------------------------------ jobs
     def _assign(self, slot: Slot, task: Task) -> None:
         state = task.snapshot or task.state()
-        timeout = state.payload.get("timeout")
         now = time.monotonic()
         slot.task, slot.kill_at, slot.lost, slot.started = task, None, False, now
-        slot.deadline = None
-        if isinstance(timeout, int | float) and not isinstance(timeout, bool):
-            with contextlib.suppress(OverflowError):  # a timeout too big to count is none
-                slot.deadline = now + float(timeout)
+        slot.deadline = None if state.timeout is None else now + state.timeout
         # the claimed state goes along, so the job process need not read it back
         slot.conn.send((task.id, task.attempt, codec.encode(state)))
 
@@ -231,7 +240,7 @@ class Pool:
             if fn is not None:
                 items.append((task.id, fn))
         if items:
-            self.store._modify_many(items)
+            self.store.apply_many(items)
         self.store.release_worker_locks([task for task, _ in done])
         self.processed += len(done)
 
@@ -246,13 +255,35 @@ class Pool:
         ahead = PREFETCH if short else 0
         claimed = 0
         low = idle + (self.concurrency if ahead else 0)
-        if not self.stopping and len(self.backlog) < low:
+        # Claim only when there may be something to claim: at the start, after a wake-up of
+        # the queue, once a delayed job is due, when a job finished or the last claim found
+        # some (an idle pool on a store that pushes notifications costs no query).
+        due = self._claim_due or not self.store.capabilities.pushes_notifications
+        if due and not self.stopping and len(self.backlog) < low:
             want = idle + ahead * self.concurrency - len(self.backlog)
-            tasks = self.store.claim(self.name, want, self.queues, [Kind.FUNCTION, Kind.PIPELINE])
+            tasks = self.store.claim(None, want, self.queues, KINDS)
             self.backlog.extend(tasks)
             claimed = len(tasks)
+            self.claims += 1
+            self._claim_due = bool(tasks)
+            if not tasks:
+                self.empty_claims += 1
+                self._note_next_due()
             self._start_idle()
         return claimed
+
+    def _note_next_due(self) -> None:
+        """After a claim found nothing: when the earliest delayed job is due, so that the idle
+        pool wakes then (and not before)."""
+        self._due_at = None
+        if not self.store.capabilities.pushes_notifications:
+            return
+        due = self.store.next_due(self.queues, KINDS)
+        if due is not None:
+            # Due already, yet not claimed: another claimer holds it (its transaction, or
+            # a lock key it shares); look again after WORKER_POLL_MIN rather than spin.
+            wait = max((due - utcnow()).total_seconds() + 0.001, 0.0) or self.poll_min
+            self._due_at = time.monotonic() + wait
 
     def _note_run(self, seconds: float) -> None:
         mean = self._mean_run
@@ -267,12 +298,9 @@ class Pool:
                 self._assign(slot, self.backlog.popleft())
 
     def _retries_pending(self) -> bool:
-        """Whether a job of our queues waits out a retry backoff (a burst run waits for it)."""
-        kinds = {Kind.FUNCTION, Kind.PIPELINE}
-        return any(
-            s.worker is None and s.queue in self.queues and s.kind in kinds
-            for s in self.store.list(status=Status.PENDING, limit=None)
-        )
+        """Whether a job of our queues is claimable, now or after its backoff (a burst run
+        waits for it)."""
+        return self.store.next_due(self.queues, KINDS) is not None
 
     def _check_running(self) -> None:
         """React to cancels (or lost jobs) of the jobs being run."""
@@ -282,7 +310,7 @@ class Pool:
             try:
                 state = slot.task.state()
                 lost = state.status != Status.RUNNING or state.attempts != slot.task.attempt
-                lost = lost or bool(state.payload.get("canceling"))  # its cleanup, then done
+                lost = lost or state.cancel_requested  # its cleanup, then done
             except OutlastError:
                 lost = True
             if lost:
@@ -301,14 +329,6 @@ class Pool:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(slot.process.pid, signal.SIGUSR1)
                 slot.kill_at = time.monotonic() + min(self.grace, CANCEL_GRACE_MAX)
-
-    def _reconcile(self) -> None:
-        from outlast.run.reap import reconcile
-
-        self._last_reconcile = time.monotonic()
-        for state in self.store.list(status=Status.RUNNING, limit=None):
-            if state.worker != self.name and self.store.abandoned(state):
-                reconcile(self.store, state)
 
     # ------------------------------------------------------------ events of the loop
     def _handle_ready(self, ready: list[int]) -> None:
@@ -340,6 +360,8 @@ class Pool:
                 )
                 done.append((slot.task, Outcome("gone" if slot.lost else "fail", error=error)))
             self._restart(slot)
+        if done:
+            self._claim_due = True  # a process is free: look for its next job
         self._record(done)  # queued first: written even if handing out the next job fails
         self._start_idle()  # the freed processes go on at once; the outcomes are written next
         self._flush_if_full()
@@ -359,19 +381,22 @@ class Pool:
             else:
                 continue
             self._restart(slot)
+        if done:
+            self._claim_due = True
         self._record(done)
         self._flush_if_full()
 
-    def _timeout(self, backoff: float) -> float:
+    def _timeout(self, idle_wait: float) -> float:
         now = time.monotonic()
         deadlines = [s.deadline for s in self.slots if s.deadline is not None]
         deadlines += [s.kill_at for s in self.slots if s.kill_at is not None]
-        deadlines.append(self._last_reconcile + RECONCILE_EVERY)
+        if self._due_at is not None:
+            deadlines.append(self._due_at)
         if self._flush_at is not None:
             deadlines.append(self._flush_at)
         if self._check_at is not None:
             deadlines.append(self._check_at)
-        deadlines.append(self._stop_at if self.stopping else now + backoff)
+        deadlines.append(self._stop_at if self.stopping else now + idle_wait)
         return max(0.0, min(deadlines) - now)
 
     # ------------------------------------------------------------ the loop
@@ -381,58 +406,78 @@ class Pool:
         Returns the number of attempts processed.
         """
         self.slots = self._start_processes(self.concurrency)
-        self._reconcile()  # jobs of dead workers first (a burst run may end before a tick)
-        backoff = self.poll_min
+        if self.maintainer is not None:
+            self.maintainer.start()
+            if self.burst:  # jobs of dead workers first: a burst run may end before a sweep
+                self.maintainer.ready.wait(10.0)
         try:
             with self.store.listen(None, queue=True) as listener:
-                while True:
-                    claimed = self._fill()
-                    busy = any(s.task is not None for s in self.slots)
-                    if not busy and self._unwritten:
-                        self._flush()  # nothing else to wait for
-                    if not busy and (
-                        self.stopping
-                        or (self.burst and not claimed and not self._retries_pending())
-                    ):
-                        break
-                    backoff = self.poll_min if claimed else min(backoff * 2, self.poll_max)
-                    fds = [s.conn.fileno() for s in self.slots]
-                    fds += [s.process.sentinel for s in self.slots if s.process.sentinel >= 0]
-                    if listener.fileno() is not None:
-                        fds.append(listener.fileno())  # type: ignore[arg-type]
-                    lock_fd = self.store.lock_fileno()
-                    if lock_fd is not None:
-                        fds.append(lock_fd)
-                    ready, _, _ = select.select(fds, [], [], self._timeout(backoff))
-                    if lock_fd is not None and (lock_fd in ready or not ready):
-                        self.store.check_locks()
-                        self._check_locks()
-                    if listener.fileno() in ready:
-                        listener.drain()
-                        backoff = self.poll_min
-                        if busy and self._check_at is None:
-                            self._check_at = time.monotonic() + CHECK_EVERY
-                    self._handle_ready(ready)
-                    self._handle_deadlines()
-                    now = time.monotonic()
-                    if self._flush_at is not None and now >= self._flush_at:
-                        self._flush()
-                    if self._check_at is not None and now >= self._check_at:
-                        self._check_at = None
-                        self._check_running()
-                    if now - self._last_reconcile >= RECONCILE_EVERY:
-                        self._reconcile()
-                    if self.stopping and now >= self._stop_at:
-                        self._requeue_running()
+                self._loop(listener)
         finally:
+            if self.maintainer is not None:
+                self.maintainer.stop()
             self._shutdown()
         return self.processed
+
+    def _loop(self, listener: Listener) -> None:
+        pushes = self.store.capabilities.pushes_notifications and listener.fileno() is not None
+        backoff = self.poll_min
+        while True:
+            claimed = self._fill()
+            busy = any(s.task is not None for s in self.slots)
+            if not busy and self._unwritten:
+                self._flush()  # nothing else to wait for
+            if not busy and (
+                self.stopping or (self.burst and not claimed and not self._retries_pending())
+            ):
+                return
+            backoff = self.poll_min if claimed else min(backoff * 2, self.poll_max)
+            if self._wait(listener, busy, IDLE_RECHECK if pushes and not busy else backoff):
+                backoff = self.poll_min
+
+    def _wait(self, listener: Listener, busy: bool, idle_wait: float) -> bool:
+        """Wait for the next thing to do and do it; True when a job became claimable."""
+        fds = [s.conn.fileno() for s in self.slots]
+        fds += [s.process.sentinel for s in self.slots if s.process.sentinel >= 0]
+        if listener.fileno() is not None:
+            fds.append(listener.fileno())  # type: ignore[arg-type]
+        lock_fd = self.store.lock_fileno()
+        if lock_fd is not None:
+            fds.append(lock_fd)
+        fds.append(self._wake_r)
+        ready, _, _ = select.select(fds, [], [], self._timeout(idle_wait))
+        if self._wake_r in ready:
+            with contextlib.suppress(OSError):
+                os.read(self._wake_r, 64)
+        if lock_fd is not None and (lock_fd in ready or not ready):
+            self.store.check_locks()
+            self._check_locks()
+        claimable = False
+        if listener.fileno() in ready:
+            claimable = listener.drain()
+            if busy and self._check_at is None:
+                self._check_at = time.monotonic() + CHECK_EVERY
+        self._handle_ready(ready)
+        self._handle_deadlines()
+        now = time.monotonic()
+        if claimable or not ready or (self._due_at is not None and now >= self._due_at):
+            self._claim_due = True  # woken for a job, a delayed job's time, or a re-check
+        if self._flush_at is not None and now >= self._flush_at:
+            self._flush()
+        if self._check_at is not None and now >= self._check_at:
+            self._check_at = None
+            self._check_running()
+        if self.stopping and now >= self._stop_at:
+            self._requeue_running()
+        return claimable
 
     def stop(self) -> None:
         """Stop claiming; running jobs get the grace period (safe in a signal handler)."""
         if not self.stopping:
             self.stopping = True
             self._stop_at = time.monotonic() + self.grace
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
 
     def _requeue_running(self) -> None:
         """Grace is over: kill what still runs and give those jobs back, attempt uncounted."""
@@ -459,6 +504,9 @@ class Pool:
             slot.process.kill()
             slot.process.reap(2)
             slot.conn.close()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def serve_forever(

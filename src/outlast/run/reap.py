@@ -8,11 +8,14 @@ supervisor for a command job that goes back to ``pending`` to retry.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
+from functools import partial
 
+from outlast.ids import DEDICATED
 from outlast.model import JobState, Kind, ProgressEvent, Status
+from outlast.run.spawn import spawn_dedicated, spawn_supervisor
 from outlast.store import Store, worker_name
+from outlast.store import follow as store_follow
 
 
 def _same_host(state: JobState) -> bool:
@@ -34,12 +37,8 @@ def reconcile(store: Store, state: JobState) -> JobState:
     # Back to pending with nobody bound to it: restart a dedicated worker where pools won't
     # (two reconcilers may both start one: the second finds the worker lock held and exits).
     if after.kind == Kind.COMMAND:
-        from outlast.run.spawn import spawn_supervisor
-
         spawn_supervisor(store, after.id)
-    elif after.queue == "@dedicated":
-        from outlast.run.api import spawn_dedicated
-
+    elif after.queue == DEDICATED:
         spawn_dedicated(store, after.id)
     return after
 
@@ -48,42 +47,18 @@ def reconcile_all(store: Store, states: list[JobState]) -> list[JobState]:
     return [reconcile(store, s) for s in states]
 
 
-RECHECK = 1.0  # seconds between checks that the worker of a job being waited on still lives
-
-
 def follow(
     store: Store, job_id: str, after: int = 0, timeout: float | None = None
 ) -> Iterator[tuple[JobState, list[ProgressEvent]]]:
-    """Yield ``(state, new events)`` as the job changes, until it is terminal or ``timeout``.
-
-    Woken by the store's notification; every second it also checks that the job's worker is
-    alive, and reconciles the job if not (a dead worker writes nothing that would wake us).
-    """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    with store.listen([job_id]) as listener:
-        state = reconcile(store, store.get(job_id))
-        while True:
-            events = store.events(job_id, after)
-            if events:
-                after = events[-1].seq
-            yield state, events
-            if state.terminal:
-                return
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return
-            woken = listener.wait(RECHECK if remaining is None else min(remaining, RECHECK))
-            state = store.get(job_id)
-            if not woken:
-                state = reconcile(store, state)
+    """Yield ``(state, new events)`` as the job changes, until it is terminal or ``timeout``:
+    the store's one follower (:func:`outlast.store.follow`), reconciling through this layer, so
+    a dead command's leftovers are killed and its retry gets a new supervisor."""
+    return store_follow(store, job_id, after, timeout, reconcile=partial(reconcile, store))
 
 
 def wait_for(store: Store, job_id: str, timeout: float | None = None) -> JobState:
     """Block until the job is terminal or ``timeout`` passes; returns its latest state."""
-    state = store.get(job_id)
-    for update in follow(store, job_id, after=1 << 62, timeout=timeout):
-        state = update[0]
-    return state
+    return store.wait(job_id, timeout, reconcile=partial(reconcile, store))
 
 
 def cancel(store: Store, job_id: str) -> tuple[JobState, JobState]:
@@ -106,8 +81,6 @@ def resume(store: Store, job_id: str, answer: object = None) -> JobState:
     """Answer a paused job and queue it again; a spawned job gets a new dedicated worker
     (pools never claim those)."""
     state = store.open(job_id).resume(answer)
-    if state.status == Status.PENDING and state.queue == "@dedicated" and state.worker is None:
-        from outlast.run.api import spawn_dedicated
-
+    if state.status == Status.PENDING and state.queue == DEDICATED and state.worker is None:
         spawn_dedicated(store, job_id)
     return state

@@ -1,4 +1,5 @@
-"""Registered job functions: ``@outlast.job`` and the lookups that workers and the HTTP edge use.
+"""Registered jobs: the registry that ``@outlast.job`` and ``Pipeline`` fill, and the lookups
+that workers and the edges use.
 
 A function job is stored by name with its JSON arguments and the module that registered it, so
 a worker that has not imported that module yet can import it and find the name (the module
@@ -9,7 +10,6 @@ only names registered in its own process).
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +39,8 @@ class JobSpec:
     kind: str = "function"
     #: The module that defines the job, if not ``fn.__module__`` (pipelines).
     origin: str | None = None
+    #: A pipeline's ``ALL_DONE`` stages, which run even when its worker dies.
+    cleanup: tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
@@ -48,20 +50,9 @@ class JobSpec:
         """Calling the decorated function runs it here and now, like the plain function."""
         return self.fn(*args, **kwargs)
 
-    def submit(self, *args: Any, **kwargs: Any) -> Any:
-        """Queue a job for the pools (see :func:`outlast.submit`)."""
-        from outlast.run.api import submit
 
-        return submit(self, *args, **kwargs)
-
-    def spawn(self, *args: Any, **kwargs: Any) -> Any:
-        """Run a job in its own detached worker (see :func:`outlast.spawn`)."""
-        from outlast.run.api import spawn
-
-        return spawn(self, *args, **kwargs)
-
-
-def _check_options(attempts: int | None, timeout: float | None, queue: str) -> None:
+def check_options(attempts: int | None, timeout: float | None, queue: str) -> None:
+    """Refuse job options that cannot work, saying which."""
     if attempts is not None and (not isinstance(attempts, int) or attempts < 1):
         raise InvalidInput(f"attempts must be a whole number >= 1, not {attempts!r}")
     if timeout is not None and (not isinstance(timeout, int | float) or not timeout > 0):
@@ -85,33 +76,6 @@ def register(spec: JobSpec) -> JobSpec:
     return spec
 
 
-def job(
-    name: str | None = None,
-    *,
-    attempts: int | None = None,
-    timeout: float | None = None,
-    queue: str = "default",
-) -> Callable[[Callable[..., Any]], JobSpec]:
-    """Register a function as a job: ``@outlast.job(name="resize", attempts=3)``.
-
-    The name defaults to ``module.function``. The function takes JSON arguments and returns
-    a JSON result; inside it, :func:`outlast.current` gives the reporter, the answer after a
-    resume and cooperative cancel checks.
-    """
-    if callable(name):  # used bare: @outlast.job
-        fn, name = name, None
-        return job()(fn)  # type: ignore[return-value,unused-ignore]
-    _check_options(attempts, timeout, queue)
-
-    def decorate(fn: Callable[..., Any]) -> JobSpec:
-        if not callable(fn) or inspect.isclass(fn):
-            raise InvalidInput("@outlast.job decorates a function")
-        spec_name = name or f"{fn.__module__}.{fn.__qualname__}"
-        return register(JobSpec(spec_name, fn, attempts, timeout, queue))
-
-    return decorate
-
-
 def names() -> list[str]:
     return sorted(_REGISTRY)
 
@@ -128,9 +92,9 @@ def lookup(name: str) -> JobSpec:
 def resolve(state: JobState) -> JobSpec:
     """The function of a stored job, importing the module that registered it if need be."""
     spec = _REGISTRY.get(state.name)
-    if spec is None:
-        module = state.payload.get("module")
-        if isinstance(module, str) and module and module != "__main__":
+    if spec is None and state.call is not None:
+        module = state.call.module
+        if module and module != "__main__":
             importlib.import_module(module)
     return lookup(state.name)
 

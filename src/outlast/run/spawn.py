@@ -1,4 +1,5 @@
-"""Starting detached workers: a process in a new session, stdio to the job's log."""
+"""Starting detached workers (supervisors of commands, dedicated workers of spawned jobs): a
+process in a new session, stdio to the job's log; and the run context of a command."""
 
 from __future__ import annotations
 
@@ -68,3 +69,9 @@ def load_context(store: Store, job_id: str) -> tuple[str | None, dict[str, str] 
 def spawn_supervisor(store: Store, job_id: str) -> int:
     """Start the supervisor of command job ``job_id``."""
     return start_detached(store, job_id, ["-m", "outlast.run.supervisor", store.url, job_id])
+
+
+def spawn_dedicated(store: Store, job_id: str) -> int:
+    """Start the dedicated worker of a spawned function or pipeline job (also to restart it
+    for a retry or after a resume)."""
+    return start_detached(store, job_id, ["-m", "outlast.run.dedicated", store.url, job_id])

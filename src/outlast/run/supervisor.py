@@ -23,12 +23,13 @@ import time
 from typing import Any
 
 from outlast.errors import JobNotFound, OutlastError, WorkerLockHeld
-from outlast.model import ErrorInfo, JobState, Status, utcnow
+from outlast.model import ErrorInfo, JobState, Status
 from outlast.run import procs
 from outlast.run.logs import LogWriter
 from outlast.run.spawn import load_context
-from outlast.store import Store, Task, open_store
+from outlast.store import Store, Task, open_store, wait_until_due
 
+#: Seconds between SIGTERM and SIGKILL for a job that does not say (``JobState.grace``).
 DEFAULT_GRACE = 10.0
 
 
@@ -41,8 +42,7 @@ def _raise_stop(signum: int, frame: Any) -> None:
 
 
 def grace_of(state: JobState) -> float:
-    value = state.payload.get("grace", DEFAULT_GRACE)
-    return float(value) if isinstance(value, int | float) and value >= 0 else DEFAULT_GRACE
+    return DEFAULT_GRACE if state.grace is None else state.grace
 
 
 def describe_exit(code: int) -> str:
@@ -155,18 +155,6 @@ class Run:
             procs.terminate_group(self.proc.pid, min(self.grace, 2.0))
 
 
-def _wait_until_due(store: Store, job_id: str) -> JobState | None:
-    """Sleep until the pending job's backoff has passed; None once it is not pending."""
-    with store.listen([job_id]) as listener:
-        while True:
-            state = store.get(job_id)
-            if state.status != Status.PENDING:
-                return None
-            if state.run_after is None or state.run_after <= utcnow():
-                return state
-            listener.wait((state.run_after - utcnow()).total_seconds())
-
-
 def supervise(store: Store, job_id: str) -> int:
     """Run the command job ``job_id`` to its end; returns the supervisor's exit code."""
     task = store.open(job_id)
@@ -181,7 +169,7 @@ def supervise(store: Store, job_id: str) -> int:
             task.fail(ErrorInfo("error", f"cannot open the job's log: {exc}"), retry=False)
         return 1
     while True:
-        state = _wait_until_due(store, job_id)
+        state = wait_until_due(store, job_id)
         if state is None or not task.start():
             return 0
         run = None

@@ -8,16 +8,35 @@ from __future__ import annotations
 
 from outlast import config, paths
 from outlast.errors import InvalidInput
-from outlast.store.base import Capabilities, Listener, Reporter, Store, Task, worker_name
+from outlast.store.base import (
+    Applied,
+    Capabilities,
+    Listener,
+    MaintenanceLock,
+    Reconciler,
+    Store,
+    Transition,
+)
+from outlast.store.common import parse_label, worker_name
+from outlast.store.follower import Follower, follow, wait_until_due
+from outlast.store.task import Reporter, Task
 
 __all__ = [
+    "Applied",
     "Capabilities",
+    "Follower",
     "Listener",
+    "MaintenanceLock",
+    "Reconciler",
     "Reporter",
     "Store",
     "Task",
+    "Transition",
     "default_url",
+    "follow",
     "open_store",
+    "parse_label",
+    "wait_until_due",
     "worker_name",
 ]
 

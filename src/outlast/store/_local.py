@@ -1,26 +1,25 @@
 """What the two single-machine adapters (sqlite, files) share: the folder, its permissions,
-the flock worker locks and the pulse files that wake waiters. The JSON of the stored
-documents is :mod:`outlast.codec`."""
+the flock worker, liveness and maintenance locks, and the pulse files that wake waiters."""
 
 from __future__ import annotations
 
-import logging
 import os
-import stat
 import threading
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from outlast import paths
-from outlast.codec import decode
-from outlast.errors import CorruptJob, StoreError
+from outlast.errors import StoreError
 from outlast.model import JobState
 from outlast.store import notify
-from outlast.store.base import Capabilities, Store
+from outlast.store.base import Capabilities, MaintenanceLock, Store
+from outlast.store.common import log, make_private_dir
 from outlast.store.locks import WorkerLocks
 
-log = logging.getLogger("outlast.store")
+#: The maintenance lock's file, among the liveness locks.
+MAINTENANCE = "@maintenance.lock"
+#: Seconds between tries of a process waiting to become the store's maintainer.
+MAINTENANCE_POLL = 0.25
 
 # The liveness locks this process holds: lock path -> (pid, fd). Never released: the kernel
 # does that when the process dies. Keyed by pid so a forked child takes its own.
@@ -28,33 +27,38 @@ _ALIVE: dict[str, tuple[int, int]] = {}
 _ALIVE_LOCK = threading.Lock()
 
 
-def make_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) 0700; warn when an existing one is open to others."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        mode = stat.S_IMODE(path.stat().st_mode)
-    except OSError as exc:
-        raise StoreError(f"cannot create the store folder {path}: {exc}") from exc
-    if mode & 0o077:
-        log.warning(
-            "store folder %s is readable by others (mode %o); job payloads, results and logs "
-            "can hold secrets: chmod 700 it",
-            path,
-            mode,
-        )
-    return path
+class FlockMaintenance:
+    """The maintenance lock of a local store: a flock file beside the liveness locks, tried
+    every :data:`MAINTENANCE_POLL` seconds (a system call, not a query) by a waiting process,
+    and freed by the kernel when its holder dies."""
 
+    def __init__(self, locks: WorkerLocks) -> None:
+        self._locks = locks
+        self._fd: int | None = None
+        self._stop = threading.Event()
 
-def decode_listing(rows: Iterable[tuple[str, bytes | str | None]]) -> list[JobState]:
-    """The jobs of a listing's ``(id, document)`` rows; a corrupt one is skipped, with a
-    warning, instead of failing the whole listing."""
-    states = []
-    for job_id, doc in rows:
-        try:
-            states.append(decode(job_id, doc))
-        except CorruptJob as exc:
-            log.warning("skipping a corrupt job in the listing: %s", exc)
-    return states
+    def try_acquire(self) -> bool:
+        if self._fd is None:
+            self._fd = self._locks.try_acquire(MAINTENANCE)
+        return self._fd is not None
+
+    def acquire(self) -> bool:
+        while not self._stop.is_set():
+            if self.try_acquire():
+                return True
+            self._stop.wait(MAINTENANCE_POLL)
+        return False
+
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def interrupt(self) -> None:
+        self._stop.set()
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # the file stays: the next maintainer locks the same one
 
 
 class LocalParts:
@@ -70,10 +74,15 @@ class LocalParts:
         self.logs = make_private_dir(root / "logs")
 
     def pulse(self, job_id: str, claimable: bool) -> None:
-        channels = [notify.job_channel(job_id)]
-        if claimable:
-            channels.append(notify.QUEUE)
-        self.pulses.pulse(channels)
+        self.pulse_many({job_id: claimable})
+
+    def pulse_many(self, wakes: dict[str, bool]) -> None:
+        """Wake the waiters of several jobs (each channel once), and idle pools if any of
+        them became claimable."""
+        channels = {notify.job_channel(job_id) for job_id in wakes}
+        if any(wakes.values()):
+            channels.add(notify.QUEUE)
+        self.pulses.pulse(sorted(channels))
 
     def listen(self, job_ids: list[str] | None, queue: bool) -> notify.Listener:
         if job_ids is None:
@@ -116,6 +125,28 @@ class LocalParts:
             return False
         return self.liveness.held(paths.liveness_lock_name(worker))
 
+    def sweep_stale(self) -> int:
+        """Remove the lock files whose holder is gone (a worker, supervisor or pool that
+        died, or exited: these locks are never released by their holder); returns how many.
+        A free lock file is how a dead worker shows on a local store, so finding none means
+        nobody died since the last sweep, at the cost of a folder listing and a non-blocking
+        flock per live holder, without a query."""
+        removed = 0
+        suffix = self.locks.suffix
+        with os.scandir(self.locks.directory) as entries:
+            job_locks = [
+                e.name[: len(e.name) - len(suffix)]
+                for e in entries
+                if e.name.endswith(suffix) and not e.name.startswith("@")
+            ]
+        for job_id in job_locks:
+            removed += self.locks.remove_if_free(job_id)
+        with os.scandir(self.liveness.directory) as entries:
+            alive = [e.name for e in entries if e.name.startswith("@") and e.name != MAINTENANCE]
+        for name in alive:
+            removed += self.liveness.remove_if_free(name)
+        return removed
+
     def acquire(self, job_id: str) -> Any:
         return self.locks.acquire(job_id)
 
@@ -125,7 +156,8 @@ class LocalParts:
 
 class LocalStore(Store):
     """The part of the sqlite and files adapters that is the same: worker locks, liveness
-    locks, pulses and logs live in a side folder (:class:`LocalParts`) on this machine."""
+    locks, the maintenance lock, pulses and logs live in a side folder (:class:`LocalParts`)
+    on this machine."""
 
     capabilities = Capabilities(pushes_notifications=True, spans_hosts=False)
     parts: LocalParts
@@ -145,11 +177,23 @@ class LocalStore(Store):
     def _worker_alive(self, worker: str | None) -> bool:
         return self.parts.worker_alive(worker)
 
-    def _pulse(self, job_id: str, claimable: bool = False) -> None:
-        self.parts.pulse(job_id, claimable)
-
     def listen(self, job_ids: list[str] | None = None, queue: bool = False) -> notify.Listener:
         return self.parts.listen(job_ids, queue)
 
     def log_path(self, job_id: str) -> Path:
         return self.parts.log_path(job_id)
+
+    def maintenance_lock(self) -> MaintenanceLock:
+        return FlockMaintenance(self.parts.liveness)
+
+    def abandoned_jobs(self, thorough: bool = False) -> list[JobState]:
+        """Only when a lock file was left by a dead holder (or ``thorough``): the live jobs
+        whose worker is gone. The stale files are removed first: a missing lock is a free
+        one, so nothing is missed."""
+        try:
+            stale = self.parts.sweep_stale()
+        except OSError as exc:
+            raise StoreError(f"cannot look at the store's locks: {exc}") from exc
+        if not stale and not thorough:
+            return []
+        return [s for s in self._live_jobs() if self.abandoned(s)]

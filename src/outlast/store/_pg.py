@@ -24,7 +24,7 @@ import socket
 import threading
 import weakref
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -32,7 +32,8 @@ import psycopg
 from psycopg import conninfo as pg_conninfo
 
 from outlast.errors import InvalidInput, StoreError
-from outlast.store import _local
+from outlast.store import common
+from outlast.store.common import log
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -56,49 +57,10 @@ SERVER_KEEPALIVES = {
     "tcp_user_timeout": "30000",
 }
 
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE {s}.jobs (
-        id text PRIMARY KEY,
-        status text NOT NULL,
-        kind text NOT NULL,
-        queue text NOT NULL,
-        worker text,
-        run_after timestamptz,
-        created_at timestamptz NOT NULL,
-        seq integer NOT NULL DEFAULT 0,
-        doc bytea NOT NULL
-    );
-    CREATE INDEX jobs_claimable ON {s}.jobs (created_at, id)
-        WHERE status = 'pending' AND worker IS NULL;
-    CREATE INDEX jobs_created ON {s}.jobs (created_at, id);
-    CREATE INDEX jobs_status_created ON {s}.jobs (status, created_at, id);
-    CREATE TABLE {s}.labels (
-        job_id text NOT NULL,
-        key text NOT NULL,
-        value text NOT NULL,
-        PRIMARY KEY (job_id, key)
-    );
-    CREATE INDEX labels_kv ON {s}.labels (key, value);
-    CREATE TABLE {s}.events (
-        job_id text NOT NULL,
-        seq integer NOT NULL,
-        doc bytea NOT NULL,
-        PRIMARY KEY (job_id, seq)
-    );
-    """,
-)
 
-
-@contextlib.contextmanager
-def translated(what: str) -> Iterator[None]:
+def translated(what: str) -> contextlib.AbstractContextManager[None]:
     """Turn psycopg and OS failures into :class:`StoreError` at the boundary."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        raise StoreError(f"postgresql store: {what}: {exc}".rstrip()) from exc
-    except OSError as exc:
-        raise StoreError(f"postgresql store: {what}: {exc}") from exc
+    return common.translated("postgresql store", what, (psycopg.Error,))
 
 
 #: Connections the server said FATAL to while they were idle (terminated, shut down, timed
@@ -207,10 +169,14 @@ def _int4(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def migrate(conn: Conn, schema: str) -> None:
+Migration = Callable[[Conn], None]
+
+
+def migrate(conn: Conn, schema: str, migrations: Sequence[Sequence[str | Migration]]) -> None:
     """Bring the schema to the latest version, one migration per transaction, serialised by
-    a transaction-level advisory lock (so concurrent openers wait, then find it done)."""
-    s, latest = f'"{schema}"', len(MIGRATIONS)
+    a transaction-level advisory lock (so concurrent openers wait, then find it done). A
+    migration is a list of statements and Python steps (a step gets the connection)."""
+    s, latest = f'"{schema}"', len(migrations)
     try:
         row = conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone()
         version = int(row[0] or 0) if row else 0
@@ -228,7 +194,11 @@ def migrate(conn: Conn, schema: str) -> None:
             row = conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone()
             version = int(row[0] or 0) if row else 0
             if version < latest:
-                conn.execute(MIGRATIONS[version].format(s=s))
+                for step in migrations[version]:
+                    if callable(step):
+                        step(conn)
+                    else:
+                        conn.execute(step)
                 conn.execute(
                     f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version + 1,)
                 )
@@ -396,7 +366,7 @@ def _check_session(conn: Conn, probe: int, ids: tuple[int, int], where: str) -> 
         with socket.socket(fileno=os.dup(conn.pgconn.socket)) as ours:
             port = ours.getsockname()[1]
         if port != row[3]:
-            _local.log.warning(
+            log.warning(
                 "postgresql store at %s: the lock connection goes through a proxy or pooler "
                 "(the server sees client port %s, this end is %s); %s",
                 where,
@@ -405,7 +375,7 @@ def _check_session(conn: Conn, probe: int, ids: tuple[int, int], where: str) -> 
                 _POOLER_HINT,
             )
         elif row[2] != SERVER_KEEPALIVES["tcp_keepalives_idle"]:
-            _local.log.warning(
+            log.warning(
                 "postgresql store at %s: the server did not apply tcp_keepalives_idle=10 to the "
                 "lock connection (it says %r): a vanished worker host keeps its jobs' locks "
                 "until the server notices by its own settings",
@@ -413,100 +383,3 @@ def _check_session(conn: Conn, probe: int, ids: tuple[int, int], where: str) -> 
                 row[2],
             )
     return int(row[1])
-
-
-# ----------------------------------------------------------------------------- listener
-class PgListener:
-    """Wakes a waiter on ``pg_notify`` of some channels. One thread at a time.
-
-    ``wait`` returns True for a notification about one of ``jobs`` (any job when None) or on
-    ``queue_channel``; ``fileno`` is the connection's socket for ``select()``. After a lost
-    connection it reconnects and reports a wake-up (the caller re-checks what it waits for).
-    """
-
-    def __init__(
-        self,
-        conns: Connections,
-        channels: list[str],
-        jobs: set[str] | None,
-        queue_channel: str,
-    ) -> None:
-        self._conns, self._channels, self._jobs = conns, channels, jobs
-        self._queue_channel = queue_channel
-        self._pid = os.getpid()
-        self._conn: Conn | None = None  # before anything can fail: __del__ reads it
-        self._subscribe()
-        on_fork(self)
-
-    def _subscribe(self) -> None:
-        conn = self._conns.take_listener()
-        try:
-            with translated("listen"):
-                conn.execute("; ".join(f'LISTEN "{c}"' for c in self._channels))
-        except StoreError:
-            conn.close()
-            raise
-        self._conn = conn
-
-    def _live(self) -> Conn:
-        if self._pid != os.getpid():
-            raise StoreError("a postgresql store listener cannot be used across fork")
-        if self._conn is None:
-            raise StoreError("the listener is closed")
-        return self._conn
-
-    def _relevant(self, note: psycopg.Notify) -> bool:
-        if self._jobs is None or note.channel == self._queue_channel:
-            return True
-        return note.payload in self._jobs
-
-    def _reconnect(self, exc: psycopg.Error) -> None:
-        _local.log.warning("a listener lost its connection (%s); reconnecting", exc)
-        if self._conn is not None:
-            self._conn.close()
-        self._conn = None
-        self._subscribe()
-
-    def _forget_after_fork(self) -> None:
-        orphan(self._conn)
-        self._conn = None
-
-    def fileno(self) -> int | None:
-        return socket_of(self._conn)
-
-    def wait(self, timeout: float | None) -> bool:
-        """Block until a relevant notification or ``timeout`` seconds; True when woken."""
-        conn = self._live()
-        try:
-            for note in conn.notifies(timeout=timeout):
-                if self._relevant(note):
-                    return True
-        except psycopg.Error as exc:
-            self._reconnect(exc)
-            return True
-        return False
-
-    def drain(self) -> None:
-        """Consume the notifications that have arrived, without blocking."""
-        conn = self._live()
-        try:
-            for _ in conn.notifies(timeout=0):
-                pass
-        except psycopg.Error as exc:
-            self._reconnect(exc)
-
-    def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and self._pid == os.getpid():
-            self._conns.give_listener(conn)
-
-    def __del__(self) -> None:
-        if self._conn is not None and self._pid == os.getpid():
-            with contextlib.suppress(Exception):
-                self._conn.close()
-
-    def __enter__(self) -> PgListener:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

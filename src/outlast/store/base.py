@@ -1,44 +1,49 @@
 """The store port: DESIGN.md's contract, implemented once over a small adapter interface.
 
-An adapter (sqlite, files, postgresql) implements the underscored methods: insert a state, read
-one, *modify* one atomically (read, apply a pure transition from :mod:`outlast.machine`, write
-the state and its events in one lock or transaction), select, remove, claim, read events, take
-and probe worker locks, and wake waiters. Everything a user calls is written here, once.
+A user (and the run layer) calls the public verbs here. An adapter (sqlite, files,
+postgresql) implements the underscored methods: insert a state, read one, *apply* transitions
+atomically (read, apply a pure transition from :mod:`outlast.machine`, write the state and its
+events in one lock or transaction, wake waiters), select, remove, claim, read events, take and
+probe worker locks. :class:`~outlast.store.sql.SqlStore` implements most of them once for both
+SQL engines.
 """
 
 from __future__ import annotations
 
 import abc
 import builtins
-import logging
+import math
 import os
 import threading
-import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from outlast import config, machine
-from outlast.errors import CorruptJob, InvalidInput, JobNotFound, WorkerLockHeld
-from outlast.ids import check_id, check_queue, new_id
+from outlast import machine
+from outlast.errors import InvalidInput, JobNotFound
+from outlast.ids import DEDICATED, check_id, check_queue, new_id
 from outlast.machine import Change
 from outlast.model import (
-    JSON,
-    ErrorInfo,
-    EventStatus,
+    Call,
     JobState,
     Kind,
+    PipelineState,
     ProgressEvent,
     Status,
-    clamp_progress,
     utcnow,
 )
+from outlast.store.common import check_labels, log, parse_label, worker_name
+from outlast.store.follower import follow
+from outlast.store.task import Task
 
+#: A pure transition: the current state in, the change to write (or None: nothing) out.
 Transition = Callable[[JobState], Change | None]
+#: Reconciles a job whose worker may be gone; returns its true state.
+Reconciler = Callable[[JobState], JobState]
 _LIVE_LOCK = threading.RLock()
-_log = logging.getLogger("outlast.store")
 
 
 @dataclass(frozen=True)
@@ -58,35 +63,60 @@ class Listener(Protocol):
 
     def wait(self, timeout: float | None) -> bool: ...
     def fileno(self) -> int | None: ...
-    def drain(self) -> None: ...
+    def drain(self) -> bool:
+        """Consume what arrived without blocking; True when it said a job became claimable
+        (or the listener cannot tell)."""
+        ...
+
     def close(self) -> None: ...
     def __enter__(self) -> Listener: ...
     def __exit__(self, *exc: object) -> None: ...
 
 
-def worker_name() -> str:
-    """``host:pid`` of this process: how a job names the process that holds it."""
-    return f"{os.uname().nodename}:{os.getpid()}"
+class MaintenanceLock(Protocol):
+    """The store's maintenance lock: at most one live process of a store holds it, and the
+    kernel (or the database server) frees it when that process dies. Whoever holds it does
+    the store's maintenance: reconciling jobs of dead workers (later: schedules, retention)."""
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free; True when held."""
+        ...
+
+    def acquire(self) -> bool:
+        """Block until the lock is held (True) or :meth:`interrupt` was called (False)."""
+        ...
+
+    def held(self) -> bool:
+        """Whether it is still held (a database connection can be lost)."""
+        ...
+
+    def interrupt(self) -> None:
+        """Make a blocked (or the next) :meth:`acquire` return False; thread-safe."""
+        ...
+
+    def release(self) -> None: ...
 
 
-def parse_label(label: str | Mapping[str, str] | None) -> dict[str, str]:
-    """Labels to filter on, from ``"k=v"`` or a mapping; raises :class:`InvalidInput`."""
-    if label is None:
-        return {}
-    if isinstance(label, str):
-        key, sep, value = label.partition("=")
-        if not sep or not key:
-            raise InvalidInput(f"a label filter is key=value, not {label!r}")
-        return {key: value}
-    return check_labels(label)
+class Applied(NamedTuple):
+    """What a transition came to: the job's state now, and the events it appended."""
+
+    state: JobState
+    events: builtins.list[ProgressEvent]
 
 
-def check_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
-    labels = dict(labels or {})
-    for key, value in labels.items():
-        if not isinstance(key, str) or not key or "=" in key or not isinstance(value, str):
-            raise InvalidInput(f"labels are non-empty str keys (no '=') to str values: {key!r}")
-    return labels
+def _seconds(value: object, what: str, positive: bool) -> float | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
+        low = "> 0" if positive else ">= 0"
+        raise InvalidInput(f"{what} must be a finite number of seconds {low}, not {value!r}")
+    return float(value)
 
 
 class Store(abc.ABC):
@@ -104,11 +134,15 @@ class Store(abc.ABC):
         command: builtins.list[str] | None = None,
         labels: Mapping[str, str] | None = None,
         queue: str = "default",
-        payload: dict[str, Any] | None = None,
+        payload: Mapping[str, Any] | None = None,
         max_attempts: int = 1,
         run_after: datetime | None = None,
+        call: Call | None = None,
+        timeout: float | None = None,
+        grace: float | None = None,
+        pipeline: PipelineState | None = None,
     ) -> Task:
-        """Record a new pending job and return its handle."""
+        """Record a new pending job and return its handle; waiters on its queue are woken."""
         try:
             kind = Kind(kind)
         except ValueError:
@@ -121,26 +155,34 @@ class Store(abc.ABC):
             raise InvalidInput("command must be a non-empty list of strings")
         if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
             raise InvalidInput(f"max_attempts must be a whole number >= 1, not {max_attempts!r}")
-        if queue != "@dedicated":  # the queue of spawned jobs, which pools never claim
+        if queue != DEDICATED:  # the queue of spawned jobs, which pools never claim
             check_queue(queue)
-        if payload is not None and not isinstance(payload, dict):
+        if payload is not None and not isinstance(payload, Mapping):
             raise InvalidInput("payload must be a JSON object")
+        if call is not None and not isinstance(call, Call):
+            raise InvalidInput("call must be an outlast.model.Call")
+        if call is not None:
+            machine.check_json(call.args, "the job's arguments")
+            machine.check_json(call.kwargs, "the job's keyword arguments")
         now = utcnow()
         state = JobState(
             id=new_id(),
             kind=kind,
             name=name or (command[0] if command else str(kind)),
             command=list(command) if command else None,
+            call=call,
             labels=check_labels(labels),
             queue=queue,
-            payload=machine.check_json(payload or {}, "payload"),
+            payload=machine.check_json(dict(payload or {}), "payload"),
             max_attempts=max_attempts,
+            timeout=_seconds(timeout, "timeout", positive=True),
+            grace=_seconds(grace, "grace", positive=False),
             run_after=run_after,
+            pipeline=pipeline,
             created_at=now,
             updated_at=now,
         )
         self._insert(state)
-        self._pulse(state.id, claimable=True)
         return Task(self, state.id)
 
     def open(self, job_id: str) -> Task:
@@ -175,8 +217,26 @@ class Store(abc.ABC):
         return self._select(status, parse_label(label), limit, before)
 
     def delete(self, job_id: str, force: bool = False) -> None:
-        """Remove the job, its events, lock and log. Refuses a live job without ``force``."""
+        """Remove the job, its events, lock and log. Refuses a live job without ``force``;
+        the check and the removal are one atomic step."""
         self._remove(check_id(job_id), force)
+
+    def apply(self, job_id: str, transition: Transition) -> Applied:
+        """Apply a pure transition atomically: read the job, ``change = transition(state)``,
+        write the change's state and events (numbered after the last) and wake waiters, all
+        in one lock or transaction. ``transition`` returning None writes nothing. Returns the
+        state as it is now and the events appended. The transition may run more than once
+        (a retried transaction): it must not have side effects."""
+        return self._apply_one(check_id(job_id), transition)
+
+    def apply_many(self, items: builtins.list[tuple[str, Transition]]) -> builtins.list[Applied]:
+        """:meth:`apply` for several jobs, in order (the same job may come back: it sees its
+        earlier change). Each change is atomic; adapters write them in one transaction (a pool
+        recording the outcomes of many jobs at once). A job that cannot be read (deleted,
+        corrupt) is skipped with a warning, so one bad job never loses the others."""
+        for job_id, _ in items:
+            check_id(job_id)
+        return self._apply_many(items)
 
     def abandoned(self, state: JobState) -> bool:
         """True when the job is not finished and nobody holds its worker lock any more.
@@ -195,7 +255,9 @@ class Store(abc.ABC):
         """Turn an abandoned job into its true state (``pending`` to retry, or ``failed``).
 
         Re-checked inside the write, so a job that a live worker claimed meanwhile is left as
-        it is. Returns the state after reconciling.
+        it is. Returns the state after reconciling. This is the store's part only: the run
+        layer's ``outlast.run.reap.reconcile`` also kills what a dead command left running
+        and restarts dedicated workers; the CLI, pools and the server use that one.
         """
 
         def apply(current: JobState) -> Change | None:
@@ -203,7 +265,27 @@ class Store(abc.ABC):
                 return None
             return machine.abandon(current, utcnow())
 
-        return self._modify(state.id, apply)[0]
+        return self._apply_one(state.id, apply).state
+
+    def abandoned_jobs(self, thorough: bool = False) -> builtins.list[JobState]:
+        """The non-terminal jobs whose worker is gone, for the store's maintainer to
+        reconcile. Cheap when nothing died: the local stores look only at their lock files
+        (no query) unless ``thorough``; PostgreSQL asks one query joining ``pg_locks``."""
+        return [s for s in self._live_jobs() if self.abandoned(s)]
+
+    def maintenance_lock(self) -> MaintenanceLock:
+        """A new handle on the store's maintenance lock (see :class:`MaintenanceLock`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no maintenance lock")
+
+    def next_due(
+        self,
+        queues: builtins.list[str] | None = None,
+        kinds: builtins.list[Kind] | None = None,
+    ) -> datetime | None:
+        """When the earliest claimable job of ``queues`` and ``kinds`` is due (now, or a past
+        time, when one is due already), or None when there is none: an idle pool sleeps
+        until then (or a wake-up)."""
+        return self._next_due(queues, kinds)
 
     def claim(
         self,
@@ -217,10 +299,10 @@ class Store(abc.ABC):
 
         Two claimers never get the same job. The jobs stay alive while this process lives: on
         the local stores its liveness lock covers them, on PostgreSQL each task holds an
-        advisory lock (drop it with ``release_worker_lock`` once the outcome is written). Each
+        advisory lock (drop it with ``release_worker_locks`` once the outcome is written). Each
         task carries its attempt token, so its writes are refused once it loses the job.
         """
-        if limit < 1:
+        if not isinstance(limit, int) or limit < 1:
             raise InvalidInput("limit must be >= 1")
         me = worker_name()
         if worker not in (None, me):
@@ -234,53 +316,42 @@ class Store(abc.ABC):
     ) -> builtins.list[ProgressEvent]:
         """The job's events with ``seq > after``, in order."""
         check_id(job_id)
-        if not isinstance(after, int) or after < 0:
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             raise InvalidInput(f"after must be a whole number >= 0, not {after!r}")
         return self._events(job_id, after, limit)
 
     def watch(
-        self, job_id: str, after: int = 0, timeout: float | None = None
+        self,
+        job_id: str,
+        after: int = 0,
+        timeout: float | None = None,
+        reconcile: Reconciler | None = None,
     ) -> Iterator[ProgressEvent]:
         """Yield the job's events after ``after`` as they land; end after the terminal one.
 
-        Woken by the store's notification; ``timeout`` (seconds) bounds the whole wait and
-        ends the iteration quietly when it runs out. A bad id or an unknown job raises here,
-        before iteration starts.
+        Woken by the store's notification; a job whose worker died is reconciled (by
+        ``reconcile``, default :meth:`reconcile`) after a quiet second, so the iteration ends
+        with the job's true outcome instead of waiting for a write that never comes.
+        ``timeout`` (seconds) bounds the whole wait and ends the iteration quietly. A bad id
+        or an unknown job raises here, before iteration starts.
         """
         self.get(job_id)
-        return self._watch(job_id, after, timeout)
+        updates = follow(self, job_id, after, timeout, reconcile=reconcile or self.reconcile)
+        return (event for _, events in updates for event in events)
 
-    def _watch(self, job_id: str, after: int, timeout: float | None) -> Iterator[ProgressEvent]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self.listen([job_id]) as listener:
-            while True:
-                state = self.get(job_id)
-                events = self.events(job_id, after)
-                yield from events
-                if events:
-                    after = events[-1].seq
-                if state.terminal:
-                    final = self.events(job_id, after)
-                    yield from final
-                    return
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return
-                listener.wait(remaining)
+    def wait(
+        self, job_id: str, timeout: float | None = None, reconcile: Reconciler | None = None
+    ) -> JobState:
+        """Block until the job is terminal (or ``timeout``); returns its latest state.
 
-    def wait(self, job_id: str, timeout: float | None = None) -> JobState:
-        """Block until the job is terminal (or ``timeout``); returns its latest state."""
+        A job whose worker died is reconciled as in :meth:`watch`: with no attempts left it
+        ends ``failed``/``abandoned`` within about a second of the death.
+        """
         check_id(job_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self.listen([job_id]) as listener:
-            while True:
-                state = self.get(job_id)
-                if state.terminal:
-                    return state
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return state
-                listener.wait(remaining)
+        updates = follow(
+            self, job_id, timeout=timeout, reconcile=reconcile or self.reconcile, events=False
+        )
+        return deque(updates, maxlen=1)[0][0]  # the last update's state
 
     def log_path(self, job_id: str) -> Path:
         """Where a local worker writes the job's output (stdout and stderr)."""
@@ -296,36 +367,48 @@ class Store(abc.ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------- the adapter interface
+    def release_worker_locks(self, tasks: builtins.list[Task]) -> None:
+        """Drop the worker locks of several finished tasks at once (a pool after writing their
+        outcomes; one round trip on PostgreSQL)."""
+        items = [(t.id, t._lock) for t in tasks if t._lock is not None]
+        for task in tasks:
+            task._lock = None
+        if items:
+            self._lock_release_many(items)
+
+    def check_locks(self) -> None:  # noqa: B027 - only stores whose locks can be lost act
+        """Take note of a lost lock connection after :meth:`lock_fileno` became readable."""
+
+    def lock_fileno(self) -> int | None:
+        """An fd that becomes readable when this process may have lost worker locks (the
+        PostgreSQL lock connection), for a worker's ``select``; None when locks cannot be
+        lost. After it is readable, check ``Task.lock_alive()`` of each task."""
+        return None
+
     @abc.abstractmethod
     def listen(self, job_ids: builtins.list[str] | None = None, queue: bool = False) -> Listener:
         """A listener woken by changes of ``job_ids`` (all jobs when None) and, if ``queue``,
         when a job becomes claimable."""
 
+    # ------------------------------------------------------------- the adapter interface
     @abc.abstractmethod
-    def _insert(self, state: JobState) -> None: ...
+    def _insert(self, state: JobState) -> None:
+        """Write a new job and wake the waiters of its queue (in the same transaction where
+        the engine can)."""
 
     @abc.abstractmethod
     def _read(self, job_id: str) -> JobState: ...
 
-    @abc.abstractmethod
-    def _modify(self, job_id: str, fn: Transition) -> tuple[JobState, builtins.list[ProgressEvent]]:
-        """Atomically: read, ``change = fn(state)``, write ``change`` (state and events, with
-        seq numbers assigned after the last) and wake waiters. ``fn`` returning None writes
-        nothing. Returns the state as it is now and the events appended."""
+    def _apply_one(self, job_id: str, fn: Transition) -> Applied:
+        """Like :meth:`_apply_many` of one job, but a job that cannot be read raises."""
+        [result] = self._apply_many([(job_id, fn)], strict=True)
+        return result
 
-    def _modify_many(
-        self, items: builtins.list[tuple[str, Transition]]
-    ) -> builtins.list[tuple[JobState, builtins.list[ProgressEvent]]]:
-        """Apply transitions to several jobs; each is atomic on its own. Adapters may write
-        them in one transaction (a pool recording the outcomes of many jobs at once)."""
-        results = []
-        for job_id, fn in items:
-            try:
-                results.append(self._modify(job_id, fn))
-            except (JobNotFound, CorruptJob) as exc:  # one bad job must not lose the others
-                _log.warning("not updating job %s: %s", job_id, exc)
-        return results
+    @abc.abstractmethod
+    def _apply_many(
+        self, items: builtins.list[tuple[str, Transition]], strict: bool = False
+    ) -> builtins.list[Applied]:
+        """See :meth:`apply_many`; ``strict``: a job that cannot be read raises instead."""
 
     @abc.abstractmethod
     def _select(
@@ -351,6 +434,15 @@ class Store(abc.ABC):
     ) -> builtins.list[ProgressEvent]: ...
 
     @abc.abstractmethod
+    def _next_due(
+        self, queues: builtins.list[str] | None, kinds: builtins.list[Kind] | None
+    ) -> datetime | None: ...
+
+    @abc.abstractmethod
+    def _live_jobs(self) -> builtins.list[JobState]:
+        """The jobs a worker may hold: running, or pending and bound to a worker."""
+
+    @abc.abstractmethod
     def _lock_acquire(self, job_id: str) -> Any:
         """Take the job's worker lock or raise :class:`WorkerLockHeld`; returns a handle."""
 
@@ -359,9 +451,6 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def _lock_release(self, job_id: str, handle: Any) -> None: ...
-
-    @abc.abstractmethod
-    def _pulse(self, job_id: str, claimable: bool = False) -> None: ...
 
     # Liveness: a worker process holds one lock for its whole life, named by its ``host:pid``;
     # a job it claimed is alive while that lock is held. Adapters without it keep per-job locks.
@@ -377,27 +466,9 @@ class Store(abc.ABC):
         it away: a killed connection); local locks live as long as the process."""
         return True
 
-    def release_worker_locks(self, tasks: builtins.list[Task]) -> None:
-        """Drop the worker locks of several finished tasks at once (a pool after writing their
-        outcomes; one round trip on PostgreSQL)."""
-        items = [(t.id, t._lock) for t in tasks if t._lock is not None]
-        for task in tasks:
-            task._lock = None
-        if items:
-            self._lock_release_many(items)
-
     def _lock_release_many(self, items: builtins.list[tuple[str, Any]]) -> None:
         for job_id, handle in items:
             self._lock_release(job_id, handle)
-
-    def check_locks(self) -> None:  # noqa: B027 - only stores whose locks can be lost act
-        """Take note of a lost lock connection after :meth:`lock_fileno` became readable."""
-
-    def lock_fileno(self) -> int | None:
-        """An fd that becomes readable when this process may have lost worker locks (the
-        PostgreSQL lock connection), for a worker's ``select``; None when locks cannot be
-        lost. After it is readable, check ``Task.lock_alive()`` of each task."""
-        return None
 
     def _live(self) -> None:
         """Make this process a live worker of the store (once), first failing over the jobs of
@@ -412,242 +483,21 @@ class Store(abc.ABC):
                 return
             if self._hold_liveness(me):
                 for state in self._held_by(me):
-                    self._modify(state.id, lambda s: _namesake(s, me))
+                    try:
+                        self._apply_one(state.id, lambda s: _namesake(s, me))
+                    except JobNotFound:
+                        continue
             self._live_as = (os.getpid(), me)
 
     def _held_by(self, worker: str) -> builtins.list[JobState]:
-        """The running and pending jobs that name ``worker`` (adapters may narrow the read)."""
-        return [
-            state
-            for status in (Status.RUNNING, Status.PENDING)
-            for state in self.list(status=status, limit=None)
-            if state.worker == worker
-        ]
+        """The running and pending jobs that name ``worker``."""
+        return [s for s in self._live_jobs() if s.worker == worker]
 
 
 def _namesake(state: JobState, me: str) -> Change | None:
     if state.worker != me or state.status not in (Status.RUNNING, Status.PENDING):
         return None
+    log.info(
+        "job %s was held by a dead process named %s like this one: failing it over", state.id, me
+    )
     return machine.abandon(state, utcnow())
-
-
-class Reporter:
-    """Appends progress events to one job; ignored once the job is terminal."""
-
-    def __init__(self, task: Task) -> None:
-        self._task = task
-
-    def report(
-        self,
-        step: str,
-        status: EventStatus | str = EventStatus.PROGRESS,
-        message: JSON = None,
-        progress: float | None = None,
-    ) -> ProgressEvent | None:
-        """Record an event and update the job's ``phase``, ``step`` and ``progress``.
-
-        Returns the stored event, or None when the job was already finished (or this worker
-        lost the job), in which case nothing is written.
-        """
-        if not isinstance(step, str) or not step:
-            raise InvalidInput("step must be a non-empty string")
-        try:
-            status = EventStatus(status)
-        except ValueError:
-            known = ", ".join(s.value for s in EventStatus)
-            raise InvalidInput(f"unknown event status {status!r}; one of {known}") from None
-        try:
-            progress = clamp_progress(progress)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from None
-        machine.check_json(message, "message")
-        attempt = self._task.attempt
-
-        def apply(state: JobState) -> Change | None:
-            return machine.report(state, attempt, step, status, message, progress, utcnow())
-
-        _, events = self._task.store._modify(self._task.id, apply)
-        return events[0] if events else None
-
-
-class Task:
-    """A handle to one job bound to its store; what workers and pollers act through.
-
-    A task from :meth:`Store.claim` (or :meth:`start`) carries an *attempt token*: its writes
-    (report, succeed, fail, pause, release) are refused once the job was reclaimed, released or
-    finished by someone else, so a worker that lost its job can never overwrite the outcome.
-    """
-
-    def __init__(
-        self,
-        store: Store,
-        job_id: str,
-        attempt: int | None = None,
-        lock: Any = None,
-        snapshot: JobState | None = None,
-    ) -> None:
-        self.store = store
-        self.id = job_id
-        self.attempt = attempt
-        self._lock = lock
-        #: The state as it was when this task was claimed, if it was (may be stale).
-        self.snapshot = snapshot
-
-    def __repr__(self) -> str:
-        return f"Task({self.id!r}, attempt={self.attempt})"
-
-    def state(self) -> JobState:
-        return self.store.get(self.id)
-
-    def _apply(self, fn: Transition) -> JobState:
-        return self.store._modify(self.id, fn)[0]
-
-    def hold_worker_lock(self) -> None:
-        """Claim the worker lock for the rest of this process's life.
-
-        Never released by production code: the kernel (or the database server) releases it
-        when the process exits, crashes or is killed. Raises :class:`WorkerLockHeld` if another
-        live process holds it. Commands started afterwards do not inherit it.
-        """
-        if self._lock is not None:
-            return
-        lock = self.store._lock_acquire(self.id)
-        try:
-            state = self.store.get(self.id)
-        except BaseException:
-            self.store._lock_release(self.id, lock)
-            raise
-        # A pool's claim is covered by the pool's liveness lock, not a per-job one.
-        if (
-            state.status == Status.RUNNING
-            and state.worker not in (None, worker_name())
-            and self.store._worker_alive(state.worker)
-        ):
-            self.store._lock_release(self.id, lock)
-            raise WorkerLockHeld(f"job {self.id} is being run by live worker {state.worker}")
-        self._lock = lock
-
-    def lock_alive(self) -> bool:
-        """False once this task's worker lock was taken away (PostgreSQL: the lock
-        connection died); the worker must then stop the job, whose writes are refused."""
-        return self._lock is None or self.store._lock_alive(self.id, self._lock)
-
-    def release_worker_lock(self) -> None:
-        """Drop the worker lock: for pools, after the job's outcome is written, and for tests
-        that simulate a dead worker."""
-        if self._lock is not None:
-            lock, self._lock = self._lock, None
-            self.store._lock_release(self.id, lock)
-
-    def start(self) -> bool:
-        """Move the job from pending to running as this process's attempt (a dedicated worker;
-        pools use :meth:`Store.claim`). Hold the worker lock first. False if not due/pending."""
-        self.store._live()
-        who = worker_name()
-        state, events = self.store._modify(self.id, lambda s: machine.start(s, who, utcnow()))
-        if not events:
-            return False
-        self.attempt = state.attempts
-        return True
-
-    def set_pid(self, pid: int, started_at: datetime | None = None) -> None:
-        """Record the OS process doing the work and its kernel start time."""
-        if not isinstance(pid, int) or pid <= 0:
-            raise InvalidInput(f"pid must be a positive integer, not {pid!r}")
-        attempt = self.attempt
-
-        def apply(state: JobState) -> Change | None:
-            if machine.fenced_out(state, attempt):
-                return None
-            return Change(state.evolve(pid=pid, pid_started_at=started_at, updated_at=utcnow()))
-
-        self._apply(apply)
-
-    def reporter(self) -> Reporter:
-        return Reporter(self)
-
-    def report(
-        self,
-        step: str,
-        status: EventStatus | str = EventStatus.PROGRESS,
-        message: JSON = None,
-        progress: float | None = None,
-    ) -> ProgressEvent | None:
-        """Shorthand for ``reporter().report(...)``."""
-        return Reporter(self).report(step, status, message, progress)
-
-    def succeed(self, result: JSON = None) -> JobState:
-        """Record success. A no-op on a terminal job (succeed after cancel keeps canceled)."""
-        machine.check_json(result, "result")
-        attempt = self.attempt
-        return self._apply(lambda s: machine.succeed(s, attempt, result, utcnow()))
-
-    def fail(
-        self,
-        exc: BaseException | ErrorInfo | str,
-        *,
-        retry: bool = True,
-        code: str = "error",
-        keep_worker: bool = False,
-    ) -> JobState:
-        """Record a failed attempt: back to ``pending`` with backoff while attempts are left
-        (and ``retry``), else ``failed``. On a terminal job a no-op: fail after cancel keeps
-        ``canceled``."""
-        if isinstance(exc, str):
-            exc = ErrorInfo(code, exc)
-        error = machine.error_info(exc, code)
-        attempt, base = self.attempt, config.retry_delay()
-        return self._apply(
-            lambda s: machine.fail(s, attempt, error, retry, base, utcnow(), keep_worker)
-        )
-
-    def cancel(self) -> JobState:
-        """Mark the job canceled (from pending, running or paused); safe at any time.
-
-        The terminal check and the write are one atomic step. The live worker sees the change
-        through the store's notification and stops the work; a job already finished keeps its
-        outcome, and the returned state says which.
-        """
-        return self._apply(lambda s: machine.cancel(s, utcnow()))
-
-    def pause(self, question: JSON = None) -> JobState:
-        """Park the running job until a person answers ``question`` (see :meth:`resume`)."""
-        machine.check_json(question, "question")
-        attempt = self.attempt
-        return self._apply(lambda s: machine.pause(s, attempt, question, utcnow()))
-
-    def resume(self, answer: JSON = None) -> JobState:
-        """Store the answer of a paused job and queue it again."""
-        machine.check_json(answer, "answer")
-        return self._apply(lambda s: machine.resume(s, answer, utcnow()))
-
-    def release(self) -> JobState:
-        """Give the running job back to the queue without counting the attempt."""
-        attempt = self.attempt
-        return self._apply(lambda s: machine.release(s, attempt, utcnow()))
-
-    def relabel(self, key: str, value: str | None) -> JobState:
-        """Set (or, with None, remove) one label."""
-        check_labels({key: value or ""})
-
-        def apply(state: JobState) -> Change:
-            labels = dict(state.labels)
-            if value is None:
-                labels.pop(key, None)
-            else:
-                labels[key] = value
-            return Change(state.evolve(labels=labels, updated_at=utcnow()))
-
-        return self._apply(apply)
-
-    def update_payload(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> JobState:
-        """Replace the payload with ``fn(payload)`` atomically (pipeline checkpoints)."""
-        attempt = self.attempt
-
-        def apply(state: JobState) -> Change | None:
-            if machine.fenced_out(state, attempt):
-                return None
-            payload = machine.check_json(fn(dict(state.payload)), "payload")
-            return Change(state.evolve(payload=payload, updated_at=utcnow()))
-
-        return self._apply(apply)

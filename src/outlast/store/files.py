@@ -32,7 +32,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -43,7 +43,8 @@ from outlast.errors import CorruptJob, InvalidJobId, JobActive, JobNotFound, Sto
 from outlast.ids import check_id
 from outlast.model import JobState, Kind, ProgressEvent, Status, parse_time, utcnow
 from outlast.store import _local
-from outlast.store.base import Transition
+from outlast.store.base import Applied, Transition
+from outlast.store.common import log, make_private_dir, translated
 
 #: ``<x>.worker``'s short lock would be ``<x>``'s worker lock, so no job here has that name.
 _RESERVED = ".worker"
@@ -88,6 +89,18 @@ def _matches(job: _Entry | JobState, status: Status | None, labels: dict[str, st
     )
 
 
+_LIVE = (Status.RUNNING, Status.PENDING)
+
+
+def _claimable(e: _Entry, queues: list[str] | None, kinds: list[Kind] | None) -> bool:
+    return (
+        e.status == Status.PENDING
+        and e.worker is None
+        and (not queues or e.queue in queues)
+        and (not kinds or e.kind in kinds)
+    )
+
+
 def _is_job_id(job_id: str) -> bool:
     """Whether ``<job_id>.json`` can be a document of this store (not tmp files or junk)."""
     try:
@@ -118,7 +131,7 @@ class FilesStore(_local.LocalStore):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).absolute()
         self.url = f"files://{self.path}"
-        _local.make_private_dir(self.path)
+        make_private_dir(self.path)
         self.parts = _local.LocalParts(
             self.path / ".outlast", lock_dir=self.path, lock_suffix=".worker.lock"
         )
@@ -129,13 +142,9 @@ class FilesStore(_local.LocalStore):
     def _file(self, job_id: str, suffix: str) -> Path:
         return self.path / f"{check_id(job_id)}{suffix}"
 
-    @contextlib.contextmanager
-    def _translated(self, what: str) -> Iterator[None]:
+    def _translated(self, what: str) -> contextlib.AbstractContextManager[None]:
         """Turn OS failures into :class:`StoreError` at the boundary."""
-        try:
-            yield
-        except OSError as exc:
-            raise StoreError(f"files store {self.path}: {what}: {exc}") from exc
+        return translated(f"files store {self.path}", what)
 
     @contextlib.contextmanager
     def _locked(self, job_id: str) -> Iterator[None]:
@@ -215,6 +224,7 @@ class FilesStore(_local.LocalStore):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._file(state.id, ".events.jsonl"))
             self._write_state(state)
+        self.parts.pulse(state.id, True)
 
     def _read(self, job_id: str) -> JobState:
         with self._translated(f"read {job_id}"):
@@ -252,11 +262,7 @@ class FilesStore(_local.LocalStore):
             seq, end = self._tail(job_id, fd)
             if end < os.fstat(fd).st_size:
                 os.ftruncate(fd, end)  # a torn line from a crash inside an append
-            now = utcnow()
-            stored = [
-                ProgressEvent(job_id, seq + i, now, e.step, e.status, e.message)
-                for i, e in enumerate(events, 1)
-            ]
+            stored = machine.number(job_id, seq, events, utcnow())
             data, written = b"".join(codec.encode_event(e) + b"\n" for e in stored), 0
             try:
                 while written < len(data):
@@ -292,10 +298,7 @@ class FilesStore(_local.LocalStore):
         for n, line in enumerate(lines[skip:], seq + skip + 1):
             if limit is not None and len(out) >= limit:
                 break
-            try:
-                event = ProgressEvent.from_dict(json.loads(line))
-            except (ValueError, CorruptJob) as exc:
-                raise CorruptJob(f"job {job_id} has a corrupt event: {exc}") from exc
+            event = codec.decode_event(job_id, line)
             if event.seq != n:
                 raise CorruptJob(f"job {job_id}: event line {n} holds seq {event.seq}")
             out.append(event)
@@ -311,15 +314,30 @@ class FilesStore(_local.LocalStore):
         self._write_state(change.state)
         return stored
 
-    def _modify(self, job_id: str, fn: Transition) -> tuple[JobState, list[ProgressEvent]]:
+    def _apply_many(
+        self, items: list[tuple[str, Transition]], strict: bool = False
+    ) -> list[Applied]:
+        """Each job on its own, under its own lock (there is no transaction across files); a
+        job that cannot be read is skipped with a warning unless ``strict``."""
+        results = []
+        for job_id, fn in items:
+            try:
+                results.append(self._apply_to(job_id, fn))
+            except (JobNotFound, CorruptJob) as exc:
+                if strict:
+                    raise
+                log.warning("not updating job %s: %s", job_id, exc)
+        return results
+
+    def _apply_to(self, job_id: str, fn: Transition) -> Applied:
         with self._translated(f"update {job_id}"), self._locked(job_id):
             state = self._load(job_id)
             change = fn(state)
             if change is None:
-                return state, []
+                return Applied(state, [])
             stored = self._commit(job_id, change)
         self.parts.pulse(job_id, change.claimable)
-        return change.state, stored
+        return Applied(change.state, stored)
 
     def _remove(self, job_id: str, force: bool) -> None:
         with self._translated(f"delete {job_id}"), self._locked(job_id):
@@ -336,6 +354,7 @@ class FilesStore(_local.LocalStore):
                 os.unlink(self._file(job_id, ".events.jsonl"))
             self.parts.forget(job_id)
             self._marks.pop(job_id, None)
+            self._scanned.pop(job_id, None)
         # the lock file went with the document, when _locked let go
         self.parts.pulse(job_id, False)
 
@@ -361,7 +380,7 @@ class FilesStore(_local.LocalStore):
                     continue  # deleted while we looked
                 except CorruptJob as exc:
                     if not claiming:  # a pool polls often: say it in listings only
-                        _local.log.warning("skipping a corrupt job in the listing: %s", exc)
+                        log.warning("skipping a corrupt job in the listing: %s", exc)
         self._scanned = new
         return list(new.values())
 
@@ -403,11 +422,35 @@ class FilesStore(_local.LocalStore):
                 except JobNotFound:
                     continue
                 except CorruptJob as exc:
-                    _local.log.warning("skipping a corrupt job in the listing: %s", exc)
+                    log.warning("skipping a corrupt job in the listing: %s", exc)
                     continue
                 if _matches(state, status, labels):  # it may have moved on since the scan
                     states.append(state)
             return states
+
+    def _live_jobs(self) -> list[JobState]:
+        with self._translated("list live jobs"):
+            entries = self._scan(claiming=True)
+        live = [e for e in entries if e.worker is not None and e.status in _LIVE]
+        return self._load_all(e.id for e in live)
+
+    def _load_all(self, ids: Iterable[str]) -> list[JobState]:
+        states = []
+        for job_id in ids:
+            try:
+                states.append(self._read(job_id))
+            except JobNotFound:
+                continue  # deleted since the scan
+            except CorruptJob as exc:
+                log.warning("skipping a corrupt job: %s", exc)
+        return states
+
+    def _next_due(self, queues: list[str] | None, kinds: list[Kind] | None) -> datetime | None:
+        with self._translated("next due"):
+            entries = self._scan(claiming=True)
+        now = utcnow()
+        times = [e.run_after or now for e in entries if _claimable(e, queues, kinds)]
+        return min(times, default=None)
 
     def _claim(
         self,
@@ -422,11 +465,7 @@ class FilesStore(_local.LocalStore):
         due = [
             e
             for e in entries
-            if e.status == Status.PENDING
-            and e.worker is None
-            and (e.run_after is None or e.run_after <= now)
-            and (not queues or e.queue in queues)
-            and (not kinds or e.kind in kinds)
+            if _claimable(e, queues, kinds) and (e.run_after is None or e.run_after <= now)
         ]
         due.sort(key=lambda e: (e.created_at, e.id))
         claimed: list[tuple[JobState, Any]] = []
@@ -438,14 +477,14 @@ class FilesStore(_local.LocalStore):
             except JobNotFound:
                 continue  # deleted since the scan
             except CorruptJob as exc:
-                _local.log.warning("not claiming a corrupt job: %s", exc)
+                log.warning("not claiming a corrupt job: %s", exc)
                 continue
             except StoreError as exc:
                 if not claimed:
                     raise
                 # Claims already written stand (their workers hold them): return those; a
                 # lasting failure is raised by the next claim.
-                _local.log.warning("claim stopped early at job %s: %s", entry.id, exc)
+                log.warning("claim stopped early at job %s: %s", entry.id, exc)
                 break
             if got is not None:
                 claimed.append(got)

@@ -97,6 +97,18 @@ class WorkerLocks:
         finally:
             os.close(fd)
 
+    def remove_if_free(self, name: str) -> bool:
+        """Remove the lock file if nobody holds it (taking it first, so that a process about
+        to lock it finds it replaced and locks a new one); True when removed."""
+        try:
+            fd = self.try_acquire(name)
+        except StoreError:
+            return False
+        if fd is None:
+            return False
+        self.release(name, fd)
+        return True
+
     def remove(self, job_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path(job_id))

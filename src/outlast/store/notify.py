@@ -94,19 +94,26 @@ class Listener:
 
     def __init__(self, directory: Path, channels: tuple[str, ...]) -> None:
         self._inotify: Any = None
+        self._queue_wd: int | None = None
         module = _inotify()
         if module is not None:
             self._inotify = module.INotify()
             for channel in channels:
-                self._inotify.add_watch(str(directory / channel), module.flags.MODIFY)
+                wd = self._inotify.add_watch(str(directory / channel), module.flags.MODIFY)
+                if channel == QUEUE:
+                    self._queue_wd = wd
 
     def fileno(self) -> int | None:
         """The fd to select on (for event loops), or None when polling."""
         return self._inotify.fileno() if self._inotify is not None else None
 
-    def drain(self) -> None:
-        if self._inotify is not None:
-            self._inotify.read(timeout=0)
+    def drain(self) -> bool:
+        """Consume the pulses that arrived, without blocking; True when one of them said a
+        job became claimable (the ``queue`` channel), or when it cannot tell (polling)."""
+        if self._inotify is None:
+            return True
+        events = self._inotify.read(timeout=0)
+        return any(e.wd == self._queue_wd for e in events)
 
     def wait(self, timeout: float | None) -> bool:
         """Block until a pulse or ``timeout`` seconds; True when woken by a pulse.
@@ -119,7 +126,7 @@ class Listener:
             return True
         ready, _, _ = select.select([self._inotify.fileno()], [], [], timeout)
         if ready:
-            self.drain()
+            self._inotify.read(timeout=0)
             return True
         return False
 

@@ -1,105 +1,141 @@
 """The SQLite adapter: the zero-setup default, one machine by nature.
 
-WAL mode, one transaction per transition, ``BEGIN IMMEDIATE`` for every read-modify-write so
-two writers serialise on SQLite's own lock. The job document is stored whole as JSON beside the
-columns that are queried (status, queue, kind, times), which carry the indexes: ``get`` is a
-primary-key lookup and ``claim`` walks the ``(status, queue, created_at)`` index, so neither
-slows with the number of jobs. ``synchronous=NORMAL``: a committed transition survives any
-process crash; only a power loss can take back the last moments.
+What is SQLite's own here (the statements and the verbs are :mod:`outlast.store.sql`'s):
 
-Worker locks are flock files in ``<db>.d/locks``; waiters are woken by pulse files in
-``<db>.d/pulse`` (see :mod:`outlast.store.notify`).
+- WAL mode, one transaction per transition, ``BEGIN IMMEDIATE`` for every read-modify-write,
+  so two writers serialise on SQLite's own lock, retried from 50 µs up (SQLite's busy handler
+  would sleep whole milliseconds). ``synchronous=NORMAL``: a committed transition survives any
+  process crash; only a power loss can take back the last moments.
+- Connections per thread: one to read (it waits out a rare WAL-recovery lock) and one to
+  write; ``close()`` closes every thread's.
+- A claim first looks for a due job without the write lock, so idle pools never contend.
+- A process reuses the state it last wrote or read for a job whose stored bytes are exactly
+  those (states are immutable; the pool reads back right after it writes).
+- Worker locks are flock files in ``<db>.d/locks``; waiters are woken by pulse files in
+  ``<db>.d/pulse`` (see :mod:`outlast.store.notify`), written after the commit.
+
+Indexes: ``jobs_claim (status, queue, created_at, id)`` for claims, ``jobs_created`` and
+``jobs_status_created`` for listings, ``jobs_live`` (the jobs a worker holds) for the
+maintainer, ``labels_kv`` for label filters. ``PRAGMA user_version`` is the schema version.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from outlast import codec, machine, paths
-from outlast.errors import CorruptJob, JobActive, JobNotFound, StoreError
-from outlast.model import JobState, Kind, ProgressEvent, Status, format_time, utcnow
-from outlast.store import _local, notify
-from outlast.store.base import Transition
+from outlast import codec, paths
+from outlast.model import JobState, Kind
+from outlast.store import _local
+from outlast.store.common import make_private_dir, translated
+from outlast.store.sql import LIVE, Dialect, Row, SqlStore, Write, tables
 
-SCHEMA_VERSION = 1
 DOC_CACHE = 4096  # parsed documents kept per store object, reused only if byte-identical
 BUSY_TIMEOUT = 60.0  # seconds a writer waits for SQLite's write lock before giving up
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    status TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    queue TEXT NOT NULL,
-    worker TEXT,
-    run_after TEXT,
-    created_at TEXT NOT NULL,
-    seq INTEGER NOT NULL DEFAULT 0,
-    doc BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (status, queue, created_at, id);
-CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at, id);
-CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at, id);
-CREATE TABLE IF NOT EXISTS labels (
-    job_id TEXT NOT NULL,
-    key TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (job_id, key)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS labels_kv ON labels (key, value);
-CREATE TABLE IF NOT EXISTS events (
-    job_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    doc BLOB NOT NULL,
-    PRIMARY KEY (job_id, seq)
-) WITHOUT ROWID;
-PRAGMA user_version = 1;
-"""
+DIALECT = Dialect(
+    name="sqlite",
+    param="?",
+    jobs="jobs",
+    events="events",
+    labels="labels",
+    text="TEXT",
+    blob="BLOB",
+    integer="INTEGER",
+    time_type="TEXT",
+    without_rowid=" WITHOUT ROWID",
+)
+
+#: Each schema version's statements; a store is brought to the last one when opened.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        *tables(DIALECT),
+        "CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (status, queue, created_at, id)",
+        "CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at, id)",
+        "CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at, id)",
+        "CREATE INDEX IF NOT EXISTS labels_kv ON labels (key, value)",
+    ),
+    (f"CREATE INDEX IF NOT EXISTS jobs_live ON jobs (worker) WHERE {LIVE}",),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
 
 
-@contextlib.contextmanager
-def _translated(what: str) -> Iterator[None]:
-    """Turn sqlite3 and OS failures into :class:`StoreError` at the boundary."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise StoreError(f"sqlite store: {what}: {exc}") from exc
-    except OSError as exc:
-        raise StoreError(f"sqlite store: {what}: {exc}") from exc
+def _translated(what: str) -> contextlib.AbstractContextManager[None]:
+    return translated("sqlite store", what, (sqlite3.Error,))
 
 
-class SQLiteStore(_local.LocalStore):
+class _Tx:
+    """A transaction on a writing connection: statements run at once; wake-ups are pulsed
+    after the commit."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.wakes: dict[str, bool] = {}
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return self.conn.execute(sql, params).fetchall()
+
+    def write(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.conn.execute(sql, params)
+
+    def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, rows)
+
+    def wake(self, job_id: str, claimable: bool) -> None:
+        self.wakes[job_id] = self.wakes.get(job_id, False) or claimable
+
+    def relax(self) -> None:
+        pass  # synchronous=NORMAL already: a WAL commit is durable against process crashes
+
+
+def _drop(conns: list[sqlite3.Connection], lock: threading.Lock, conn: sqlite3.Connection) -> None:
+    with lock:
+        if conn in conns:
+            conns.remove(conn)
+    conn.close()
+
+
+class SQLiteStore(_local.LocalStore, SqlStore):
+    dialect = DIALECT
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).absolute()
         self.url = f"sqlite://{self.path}"
-        _local.make_private_dir(self.path.parent)
+        make_private_dir(self.path.parent)
         self.parts = _local.LocalParts(Path(paths.sqlite_side_dir(str(self.path))))
         self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []  # every thread's, for close()
+        self._conns_lock = threading.Lock()
         self._docs: dict[str, tuple[bytes, JobState]] = {}
         self._docs_lock = threading.Lock()
         with _translated("open"):
             if not self.path.exists():
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-            conn = self._writer()
-            if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                # statement by statement inside our own write transaction: executescript
-                # would commit it and run the rest without any wait for the write lock
-                with self._write("create the schema") as tx:
-                    if tx.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                        for statement in _SCHEMA.split(";"):
-                            if statement.strip():
-                                tx.execute(statement)
+            self._migrate()
+
+    def _migrate(self) -> None:
+        """Bring the schema to the last version, statement by statement inside our own write
+        transaction (``executescript`` would commit it and run the rest without any wait for
+        the write lock)."""
+        conn = self._writer()
+        if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+            return
+        with self._tx("create the schema") as tx:
+            version = tx.read("PRAGMA user_version")[0][0]
+            for statements in MIGRATIONS[version:]:
+                for statement in statements:
+                    tx.write(statement)
+            if version < SCHEMA_VERSION:
+                tx.write(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # ------------------------------------------------------------------ connections
     def _connect(self, busy_ms: int) -> sqlite3.Connection:
@@ -109,6 +145,10 @@ class SQLiteStore(_local.LocalStore):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA busy_timeout={busy_ms}")
+        with self._conns_lock:
+            self._conns.append(conn)
+        # a server's worker threads come and go: close their connections with them
+        weakref.finalize(threading.current_thread(), _drop, self._conns, self._conns_lock, conn)
         return conn
 
     def _conn(self) -> sqlite3.Connection:
@@ -118,8 +158,6 @@ class SQLiteStore(_local.LocalStore):
             self._local.writer = None
             conn = self._local.conn = self._connect(60000)
             self._local.pid = os.getpid()
-            # a server's worker threads come and go: close their connections with them
-            weakref.finalize(threading.current_thread(), conn.close)
         return conn
 
     def _writer(self) -> sqlite3.Connection:
@@ -128,7 +166,6 @@ class SQLiteStore(_local.LocalStore):
         conn: sqlite3.Connection | None = getattr(self._local, "writer", None)
         if conn is None:
             conn = self._local.writer = self._connect(0)
-            weakref.finalize(threading.current_thread(), conn.close)
         return conn
 
     @staticmethod
@@ -153,39 +190,36 @@ class SQLiteStore(_local.LocalStore):
             delay = min(delay * 2, 0.005)
 
     @contextlib.contextmanager
-    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
+    def _tx(self, what: str) -> Iterator[_Tx]:
         conn = self._writer()
+        tx = _Tx(conn)
         with _translated(what):
             self._begin(conn)
             try:
-                yield conn
+                yield tx
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+        if tx.wakes:
+            self.parts.pulse_many(tx.wakes)
+
+    def _query(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        with _translated(what):
+            return self._conn().execute(sql, params).fetchall()
 
     def close(self) -> None:
-        for name in ("conn", "writer"):
-            conn = getattr(self._local, name, None)
-            if conn is not None:
-                conn.close()
-                setattr(self._local, name, None)
+        """Close every connection of this store (all threads'), and its pulse files."""
+        with self._conns_lock:
+            conns = list(self._conns)
+            self._conns.clear()
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
         self.parts.close()
 
-    # ------------------------------------------------------------------ rows
-    @staticmethod
-    def _row(state: JobState) -> tuple[Any, ...]:
-        return (
-            str(state.status),
-            str(state.kind),
-            state.queue,
-            state.worker,
-            format_time(state.run_after),
-            format_time(state.created_at),
-            codec.encode(state),
-        )
-
-    def _decode(self, job_id: str, raw: bytes) -> JobState:
+    # ------------------------------------------------------------------ the state cache
+    def _decode(self, job_id: str, raw: Any) -> JobState:
         """Parse a stored document, or reuse the state this process last wrote or read for the
         job if the stored bytes are exactly that (states are immutable, so sharing is safe;
         a transition is read back right after it is written, e.g. claim then succeed)."""
@@ -202,209 +236,12 @@ class SQLiteStore(_local.LocalStore):
             if len(self._docs) > DOC_CACHE:
                 self._docs.pop(next(iter(self._docs)))
 
-    def _insert(self, state: JobState) -> None:
-        row = self._row(state)
-        with self._write("create") as conn:
-            conn.execute(
-                "INSERT INTO jobs (status, kind, queue, worker, run_after, created_at, doc, id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (*row, state.id),
-            )
-            if state.labels:
-                conn.executemany(
-                    "INSERT INTO labels (job_id, key, value) VALUES (?, ?, ?)",
-                    [(state.id, k, v) for k, v in state.labels.items()],
-                )
-        self._remember(state, row[-1])
-
-    def _read_with(self, conn: sqlite3.Connection, job_id: str) -> tuple[JobState, int]:
-        row = conn.execute("SELECT doc, seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            raise JobNotFound(f"no job {job_id}")
-        return self._decode(job_id, row[0]), row[1]
-
-    def _read(self, job_id: str) -> JobState:
-        with _translated(f"read {job_id}"):
-            return self._read_with(self._conn(), job_id)[0]
-
-    def _read_many(self, conn: sqlite3.Connection, ids: list[str]) -> dict[str, tuple[Any, int]]:
-        """``id -> (stored document, seq)`` of those of ``ids`` that exist, in few queries."""
-        found: dict[str, tuple[Any, int]] = {}
-        unique = list(dict.fromkeys(ids))
-        for start in range(0, len(unique), 500):
-            chunk = unique[start : start + 500]
-            sql = f"SELECT id, doc, seq FROM jobs WHERE id IN ({','.join('?' * len(chunk))})"
-            for job_id, doc, seq in conn.execute(sql, chunk):
-                found[job_id] = (doc, seq)
-        return found
-
-    def _update(
-        self, conn: sqlite3.Connection, old: JobState, new: JobState, seq: int, events: list[Any]
-    ) -> list[ProgressEvent]:
-        return self._update_many(conn, [(old, new, seq, events)])[0]
-
-    def _update_many(
-        self, conn: sqlite3.Connection, changes: list[tuple[JobState, JobState, int, list[Any]]]
-    ) -> list[list[ProgressEvent]]:
-        """Write several transitions (old state, new state, stored seq, new events) with one
-        statement for all their events and one for all their rows; returns the stored events."""
-        now = utcnow()
-        stored_all: list[list[ProgressEvent]] = []
-        event_rows: list[tuple[str, int, bytes]] = []
-        job_rows: list[tuple[Any, ...]] = []
-        full: list[tuple[Any, ...]] = []
-        for old, new, seq, events in changes:
-            stored: list[ProgressEvent] = []
-            for event in events:
-                seq += 1
-                stored.append(
-                    ProgressEvent(new.id, seq, now, event.step, event.status, event.message)
-                )
-            event_rows += [(e.job_id, e.seq, codec.encode_event(e)) for e in stored]
-            doc = codec.encode(new)
-            if (new.queue, new.kind, new.created_at) == (old.queue, old.kind, old.created_at):
-                # the columns that never change are left out: their indexes stay untouched
-                job_rows.append(
-                    (str(new.status), new.worker, format_time(new.run_after), doc, seq, new.id)
-                )
-            else:
-                full.append((*self._row(new), seq, new.id))
-            self._remember(new, doc)  # checked against the stored bytes when read back
-            if new.labels != old.labels:
-                conn.execute("DELETE FROM labels WHERE job_id = ?", (new.id,))
-                conn.executemany(
-                    "INSERT INTO labels (job_id, key, value) VALUES (?, ?, ?)",
-                    [(new.id, k, v) for k, v in new.labels.items()],
-                )
-            stored_all.append(stored)
-        if event_rows:
-            conn.executemany("INSERT INTO events (job_id, seq, doc) VALUES (?, ?, ?)", event_rows)
-        if job_rows:
-            conn.executemany(
-                "UPDATE jobs SET status = ?, worker = ?, run_after = ?, doc = ?, seq = ?"
-                " WHERE id = ?",
-                job_rows,
-            )
-        if full:
-            conn.executemany(
-                "UPDATE jobs SET status = ?, kind = ?, queue = ?, worker = ?, run_after = ?,"
-                " created_at = ?, doc = ?, seq = ? WHERE id = ?",
-                full,
-            )
-        return stored_all
-
-    def _modify(self, job_id: str, fn: Transition) -> tuple[JobState, list[ProgressEvent]]:
-        with self._write(f"update {job_id}") as conn:
-            state, seq = self._read_with(conn, job_id)
-            change = fn(state)
-            if change is None:
-                return state, []
-            events = self._update(conn, state, change.state, seq, list(change.events))
-        self.parts.pulse(job_id, change.claimable)
-        return change.state, events
-
-    def _modify_many(
-        self, items: list[tuple[str, Transition]]
-    ) -> list[tuple[JobState, list[ProgressEvent]]]:
-        """All in one transaction, with one read of all the rows and one write of all the
-        changes (more when a job comes back in ``items``: its earlier changes are written and
-        read back first); a job that cannot be read is skipped (logged), not fatal."""
-        results: list[tuple[JobState, list[ProgressEvent]]] = []
-        pulses: list[tuple[str, bool]] = []
-        with self._write("update many") as conn:
-            rows = self._read_many(conn, [job_id for job_id, _ in items])
-            changes: list[tuple[JobState, JobState, int, list[Any]]] = []
-            places: list[int] = []  # where each change's result sits in ``results``
-            pending: set[str] = set()  # jobs with a change not written yet
-            for job_id, fn in items:
-                if job_id in pending:  # the same job again: write what is pending first,
-                    self._write_changes(conn, changes, places, results)
-                    rows.update(self._read_many(conn, list(pending)))  # and read it back
-                    changes, places, pending = [], [], set()
-                try:
-                    if job_id not in rows:
-                        raise JobNotFound(f"no job {job_id}")
-                    doc, seq = rows[job_id]
-                    state = self._decode(job_id, doc)
-                except (JobNotFound, CorruptJob) as exc:
-                    _local.log.warning("not updating job %s: %s", job_id, exc)
-                    continue
-                change = fn(state)
-                if change is None:
-                    results.append((state, []))
-                    continue
-                changes.append((state, change.state, seq, list(change.events)))
-                pending.add(job_id)
-                places.append(len(results))
-                results.append((change.state, []))
-                pulses.append((job_id, change.claimable))
-            self._write_changes(conn, changes, places, results)
-        self._pulse_many(pulses)
-        return results
-
-    def _write_changes(
-        self,
-        conn: sqlite3.Connection,
-        changes: list[tuple[JobState, JobState, int, list[Any]]],
-        places: list[int],
-        results: list[tuple[JobState, list[ProgressEvent]]],
-    ) -> None:
-        if changes:
-            for place, events in zip(places, self._update_many(conn, changes), strict=True):
-                results[place] = (results[place][0], events)
-
-    def _pulse_many(self, pulses: list[tuple[str, bool]]) -> None:
-        """Wake the waiters of several jobs: each channel once."""
-        channels = {notify.job_channel(job_id) for job_id, _ in pulses}
-        if any(claimable for _, claimable in pulses):
-            channels.add(notify.QUEUE)
-        if channels:
-            self.parts.pulses.pulse(sorted(channels))
-
-    def _select(
-        self, status: Status | None, labels: dict[str, str], limit: int | None, before: str | None
-    ) -> list[JobState]:
-        where, args = [], []
-        if status is not None:
-            where.append("status = ?")
-            args.append(str(status))
-        for key, value in labels.items():
-            where.append("id IN (SELECT job_id FROM labels WHERE key = ? AND value = ?)")
-            args += [key, value]
-        with _translated("list"):
-            conn = self._conn()
-            if before is not None:
-                row = conn.execute("SELECT created_at FROM jobs WHERE id = ?", (before,)).fetchone()
-                if row is None:
-                    raise JobNotFound(f"no job {before} (the 'before' cursor)")
-                where.append("(created_at, id) < (?, ?)")
-                args += [row[0], before]
-            sql = "SELECT id, doc FROM jobs"
-            if where:
-                sql += " WHERE " + " AND ".join(where)
-            sql += " ORDER BY created_at DESC, id DESC"
-            if limit is not None:
-                sql += f" LIMIT {int(limit)}"
-            rows = conn.execute(sql, args).fetchall()
-        return _local.decode_listing(rows)
-
-    def _held_by(self, worker: str) -> list[JobState]:
-        sql = "SELECT id, doc FROM jobs WHERE worker = ? AND status IN ('running', 'pending')"
-        with _translated("list"):
-            return _local.decode_listing(self._conn().execute(sql, (worker,)).fetchall())
-
-    def _remove(self, job_id: str, force: bool) -> None:
-        with self._write(f"delete {job_id}") as conn:
-            row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise JobNotFound(f"no job {job_id}")
-            if not force and row[0] not in {s.value for s in Status if s.terminal}:
-                raise JobActive(f"job {job_id} is {row[0]}; cancel it first or force the delete")
-            for table, column in (("jobs", "id"), ("events", "job_id"), ("labels", "job_id")):
-                conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))
+    def _forget(self, job_id: str) -> None:
+        with self._docs_lock:
+            self._docs.pop(job_id, None)
         self.parts.forget(job_id)
-        self.parts.pulse(job_id, False)
 
+    # ------------------------------------------------------------------ claims
     def _claim(
         self,
         worker: str,
@@ -413,45 +250,16 @@ class SQLiteStore(_local.LocalStore):
         kinds: list[Kind] | None,
         now: datetime,
     ) -> list[tuple[JobState, Any]]:
-        where = ["status = 'pending'", "worker IS NULL", "(run_after IS NULL OR run_after <= ?)"]
-        args: list[Any] = [format_time(now)]
-        if queues:
-            where.append(f"queue IN ({','.join('?' * len(queues))})")
-            args += queues
-        if kinds:
-            where.append(f"kind IN ({','.join('?' * len(kinds))})")
-            args += [str(k) for k in kinds]
-        due = f"FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?"
-        with _translated("claim"):  # nothing due: no write lock taken (idle pools stay cheap)
-            if self._conn().execute(f"SELECT id {due}", (*args, 1)).fetchone() is None:
-                return []
-        sql = f"SELECT id, doc, seq {due}"
-        changes: list[tuple[JobState, JobState, int, list[Any]]] = []
-        with self._write("claim") as conn:
-            for job_id, doc, seq in conn.execute(sql, (*args, limit * 2)).fetchall():
-                if len(changes) >= limit:
-                    break
-                try:
-                    state = self._decode(job_id, doc)
-                    change = machine.start(state, worker, now)
-                except CorruptJob as exc:
-                    _local.log.warning("not claiming a corrupt job: %s", exc)
-                    change = None
-                if change is not None:
-                    changes.append((state, change.state, seq, list(change.events)))
-            if changes:
-                self._update_many(conn, changes)
-        self._pulse_many([(new.id, False) for _, new, _, _ in changes])
+        sql, params = self._due_query(queues, kinds, now)
+        # nothing due: no write lock taken (idle pools stay cheap)
+        if not self._query("claim", sql, (*params, 1)):
+            return []
+        with self._tx("claim") as tx:
+            starts: list[Write] = self._starts(tx.read(sql, (*params, limit * 2)), worker, now)
+            starts = starts[:limit]
+            if starts:
+                self._write(tx, starts)
+                for _, new, _, _ in starts:
+                    tx.wake(new.id, False)
         # no per-job lock: the claimer's liveness lock covers the job
-        return [(new, None) for _, new, _, _ in changes]
-
-    def _events(self, job_id: str, after: int, limit: int | None) -> list[ProgressEvent]:
-        sql = "SELECT doc FROM events WHERE job_id = ? AND seq > ? ORDER BY seq"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        with _translated(f"events of {job_id}"):
-            rows = self._conn().execute(sql, (job_id, after)).fetchall()
-        try:
-            return [ProgressEvent.from_dict(json.loads(doc)) for (doc,) in rows]
-        except (ValueError, CorruptJob) as exc:
-            raise CorruptJob(f"job {job_id} has a corrupt event: {exc}") from exc
+        return [(new, None) for _, new, _, _ in starts]

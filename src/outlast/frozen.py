@@ -1,0 +1,83 @@
+"""Immutable JSON containers: what a :class:`~outlast.model.JobState` holds inside.
+
+A state is shared: a store hands the same object to every reader of an unchanged job, and a
+pool hands the state it claimed to the job it runs. So nothing nested in a state may change
+after it is made: its dicts are :class:`FrozenDict` and its lists :class:`FrozenList`, which
+refuse every mutation with a ``TypeError`` that says to copy first (:func:`thaw`).
+
+They are subclasses of ``dict`` and ``list`` on purpose: they compare equal to plain ones,
+pass ``isinstance`` checks, print the same, and orjson and the standard library encode them
+as JSON without help. They pickle and copy as themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+_MESSAGE = "a job's state is immutable: change a copy (outlast.frozen.thaw(value))"
+
+
+def _refuse(*args: Any, **kwargs: Any) -> NoReturn:
+    raise TypeError(_MESSAGE)
+
+
+class FrozenDict(dict[str, Any]):
+    """A ``dict`` that cannot be changed (build it with :func:`freeze`)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (dict(self),))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
+
+
+class FrozenList(list[Any]):
+    """A ``list`` that cannot be changed (build it with :func:`freeze`)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = _refuse
+    reverse = sort = clear = _refuse
+    __iadd__ = __imul__ = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenList, (list(self),))
+
+    def __copy__(self) -> FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList:
+        return self
+
+
+_FROZEN = (FrozenDict, FrozenList, str, int, float, bool, type(None))
+EMPTY_DICT = FrozenDict()
+EMPTY_LIST = FrozenList()
+
+
+def freeze(value: Any) -> Any:
+    """``value`` with every dict and list in it (at any depth) made immutable; values that
+    are already frozen (or scalars) are returned as they are, so freezing twice is free."""
+    kind = type(value)
+    if kind in _FROZEN:
+        return value
+    if kind is dict or isinstance(value, dict):
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if kind is list or isinstance(value, list | tuple):
+        return FrozenList([freeze(v) for v in value])
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """A plain, mutable deep copy of a (frozen) JSON value: the caller owns it."""
+    if isinstance(value, dict):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [thaw(v) for v in value]
+    return value

@@ -1,0 +1,113 @@
+"""The ``LISTEN`` side of the PostgreSQL store: a listener that wakes a waiter on
+``pg_notify`` of the channels it cares about, reconnecting after a lost connection."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import psycopg
+
+from outlast.errors import StoreError
+from outlast.store._pg import Conn, Connections, on_fork, orphan, socket_of, translated
+from outlast.store.common import log
+
+
+class PgListener:
+    """Wakes a waiter on ``pg_notify`` of some channels. One thread at a time.
+
+    ``wait`` returns True for a notification about one of ``jobs`` (any job when None) or on
+    ``queue_channel``; ``fileno`` is the connection's socket for ``select()``. After a lost
+    connection it reconnects and reports a wake-up (the caller re-checks what it waits for).
+    """
+
+    def __init__(
+        self,
+        conns: Connections,
+        channels: list[str],
+        jobs: set[str] | None,
+        queue_channel: str,
+    ) -> None:
+        self._conns, self._channels, self._jobs = conns, channels, jobs
+        self._queue_channel = queue_channel
+        self._pid = os.getpid()
+        self._conn: Conn | None = None  # before anything can fail: __del__ reads it
+        self._subscribe()
+        on_fork(self)
+
+    def _subscribe(self) -> None:
+        conn = self._conns.take_listener()
+        try:
+            with translated("listen"):
+                conn.execute("; ".join(f'LISTEN "{c}"' for c in self._channels))
+        except StoreError:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def _live(self) -> Conn:
+        if self._pid != os.getpid():
+            raise StoreError("a postgresql store listener cannot be used across fork")
+        if self._conn is None:
+            raise StoreError("the listener is closed")
+        return self._conn
+
+    def _relevant(self, note: psycopg.Notify) -> bool:
+        if self._jobs is None or note.channel == self._queue_channel:
+            return True
+        return note.payload in self._jobs
+
+    def _reconnect(self, exc: psycopg.Error) -> None:
+        log.warning("a listener lost its connection (%s); reconnecting", exc)
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+        self._subscribe()
+
+    def _forget_after_fork(self) -> None:
+        orphan(self._conn)
+        self._conn = None
+
+    def fileno(self) -> int | None:
+        return socket_of(self._conn)
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until a relevant notification or ``timeout`` seconds; True when woken."""
+        conn = self._live()
+        try:
+            for note in conn.notifies(timeout=timeout):
+                if self._relevant(note):
+                    return True
+        except psycopg.Error as exc:
+            self._reconnect(exc)
+            return True
+        return False
+
+    def drain(self) -> bool:
+        """Consume the notifications that have arrived, without blocking; True when one said
+        a job became claimable (or the connection was lost: the caller re-checks)."""
+        conn = self._live()
+        claimable = False
+        try:
+            for note in conn.notifies(timeout=0):
+                claimable = claimable or note.channel == self._queue_channel
+        except psycopg.Error as exc:
+            self._reconnect(exc)
+            return True
+        return claimable
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and self._pid == os.getpid():
+            self._conns.give_listener(conn)
+
+    def __del__(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            with contextlib.suppress(Exception):
+                self._conn.close()
+
+    def __enter__(self) -> PgListener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

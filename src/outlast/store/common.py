@@ -1,0 +1,86 @@
+"""What every adapter shares below the port: the store's logger, the one translation of driver
+errors into :class:`~outlast.errors.StoreError`, reading a listing's rows, and private
+folders."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+from outlast import codec
+from outlast.errors import CorruptJob, InvalidInput, StoreError
+from outlast.model import JobState
+
+log = logging.getLogger("outlast.store")
+
+
+@contextlib.contextmanager
+def translated(
+    prefix: str, what: str, drivers: tuple[type[BaseException], ...] = ()
+) -> Iterator[None]:
+    """Turn ``OSError`` and the driver's own errors (``sqlite3.Error``, ``psycopg.Error``)
+    into :class:`StoreError` (``raise … from exc``): nothing above the store ever catches a
+    driver exception. The message reads ``<prefix>: <what>: <the driver's words>``."""
+    errors: tuple[type[BaseException], ...] = (OSError, *drivers)
+    try:
+        yield
+    except errors as exc:
+        raise StoreError(f"{prefix}: {what}: {exc}".rstrip()) from exc
+
+
+def decode_listing(rows: Iterable[tuple[str, bytes | str | None]]) -> list[JobState]:
+    """The jobs of a listing's ``(id, document)`` rows; a corrupt one is skipped, with a
+    warning, instead of failing the whole listing."""
+    states = []
+    for job_id, doc in rows:
+        try:
+            states.append(codec.decode(job_id, doc))
+        except CorruptJob as exc:
+            log.warning("skipping a corrupt job in the listing: %s", exc)
+    return states
+
+
+def make_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) 0700; warn when an existing one is open to others."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError as exc:
+        raise StoreError(f"cannot create the store folder {path}: {exc}") from exc
+    if mode & 0o077:
+        log.warning(
+            "store folder %s is readable by others (mode %o); job payloads, results and logs "
+            "can hold secrets: chmod 700 it",
+            path,
+            mode,
+        )
+    return path
+
+
+def worker_name() -> str:
+    """``host:pid`` of this process: how a job names the process that holds it."""
+    return f"{os.uname().nodename}:{os.getpid()}"
+
+
+def parse_label(label: str | Mapping[str, str] | None) -> dict[str, str]:
+    """Labels to filter on, from ``"k=v"`` or a mapping; raises :class:`InvalidInput`."""
+    if label is None:
+        return {}
+    if isinstance(label, str):
+        key, sep, value = label.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"a label filter is key=value, not {label!r}")
+        return {key: value}
+    return check_labels(label)
+
+
+def check_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
+    labels = dict(labels or {})
+    for key, value in labels.items():
+        if not isinstance(key, str) or not key or "=" in key or not isinstance(value, str):
+            raise InvalidInput(f"labels are non-empty str keys (no '=') to str values: {key!r}")
+    return labels

@@ -1,0 +1,146 @@
+"""Following one job until it ends: the one mechanism every waiter uses.
+
+``Store.wait``/``watch``, the CLI's ``wait``/``watch``/``logs -f``, the bus (and through it
+the HTTP server's streams), and a dedicated worker waiting out a retry's backoff all follow a
+job the same way, written once here:
+
+1. arm the store's listener (so a change between the check and the wait is not lost);
+2. read the state, then the events after the last one seen (the terminal event is written in
+   the same step as the terminal state, so a reader that sees a terminal state and then reads
+   the events has them all);
+3. stop once the job is terminal (or what the caller waits for holds), or the time is up;
+4. else wait for the listener, at most until a pending job's ``run_after`` comes (it becomes
+   due without anyone writing) and at most ``RECHECK`` seconds while a reconciler is given:
+   a dead worker writes nothing that would wake us, so after a quiet period the job is
+   reconciled (its worker lock is free: it goes to its true state).
+
+:class:`Follower` holds steps 2-4 without the waiting itself, so that the asyncio edge
+(:mod:`outlast.bus`) waits its own way and follows by the same rules.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from outlast.model import JobState, ProgressEvent, Status, utcnow
+
+if TYPE_CHECKING:  # only for annotations: the store module imports this one
+    from outlast.store.base import Reconciler, Store
+
+#: Seconds a quiet follower waits before it asks the reconciler about the job's worker.
+RECHECK = 1.0
+
+Update = tuple[JobState, list[ProgressEvent]]
+
+
+class Follower:
+    """The rules of following one job (see the module docstring), without the waiting."""
+
+    def __init__(
+        self,
+        store: Store,
+        job_id: str,
+        after: int = 0,
+        *,
+        reconcile: Reconciler | None = None,
+        until: Callable[[JobState], bool] | None = None,
+        events: bool = True,
+        batch: int | None = None,
+        recheck: float = RECHECK,
+    ) -> None:
+        self.store, self.job_id, self.after = store, job_id, after
+        self.reconcile, self.events, self.batch = reconcile, events, batch
+        self.until = until or _terminal
+        self.recheck = recheck
+        #: The state seen by the last :meth:`read`.
+        self.state: JobState | None = None
+        #: True once the follower has seen all there is to see.
+        self.done = False
+        self.more = False
+        self._quiet_since = time.monotonic()
+        self._first = True
+
+    def read(self, woken: bool = True) -> Update:
+        """Step 2 and 3: the job's state and its new events. A job quiet (no new event, no
+        wake-up) for ``recheck`` seconds, and the job at the first read, is reconciled."""
+        now = time.monotonic()
+        if woken:
+            self._quiet_since = now
+        state = self.store.get(self.job_id)
+        due = self._first or now - self._quiet_since >= self.recheck
+        if self.reconcile is not None and due and not state.terminal:
+            state = self.reconcile(state)
+            self._quiet_since = now
+        self._first = False
+        events: list[ProgressEvent] = []
+        if self.events:
+            events = self.store.events(self.job_id, self.after, self.batch)
+            if events:
+                self.after = events[-1].seq
+                self._quiet_since = now
+        self.state = state
+        #: A full batch was read: there may be more events to read at once.
+        self.more = self.batch is not None and len(events) >= self.batch
+        self.done = self.until(state) and not self.more
+        return state, events
+
+    def wait_for(self, deadline: float | None) -> float | None:
+        """Step 4: seconds to wait before the next read (None: until woken); 0 when the
+        deadline (``time.monotonic()``) has passed."""
+        waits: list[float] = []
+        if deadline is not None:
+            waits.append(deadline - time.monotonic())
+        if self.reconcile is not None:
+            waits.append(self._quiet_since + self.recheck - time.monotonic())
+        state = self.state
+        if state is not None and state.status == Status.PENDING and state.run_after is not None:
+            waits.append((state.run_after - utcnow()).total_seconds() + 0.001)
+        if self.more:
+            waits.append(0.0)
+        return max(0.0, min(waits)) if waits else None
+
+
+def _terminal(state: JobState) -> bool:
+    return state.terminal
+
+
+def follow(
+    store: Store,
+    job_id: str,
+    after: int = 0,
+    timeout: float | None = None,
+    *,
+    reconcile: Reconciler | None = None,
+    until: Callable[[JobState], bool] | None = None,
+    events: bool = True,
+) -> Iterator[Update]:
+    """Yield ``(state, new events)`` as the job changes, until ``until(state)`` (default: the
+    job is terminal) or ``timeout`` seconds. The first update comes at once."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    follower = Follower(store, job_id, after, reconcile=reconcile, until=until, events=events)
+    with store.listen([job_id]) as listener:
+        woken = True
+        while True:
+            yield follower.read(woken)
+            if follower.done:
+                return
+            wait = follower.wait_for(deadline)
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            woken = listener.wait(wait)
+
+
+def wait_until_due(store: Store, job_id: str) -> JobState | None:
+    """Sleep until the pending job is due (its ``run_after`` passed); None once it is not
+    pending (canceled, deleted meanwhile, or claimed by someone else). For the job's own
+    dedicated worker, which holds its lock: nothing to reconcile."""
+    updates = follow(store, job_id, events=False, until=_due_or_gone)
+    state = deque(updates, maxlen=1)[0][0]  # the last update's state
+    return state if state.status == Status.PENDING else None
+
+
+def _due_or_gone(state: JobState) -> bool:
+    return state.status != Status.PENDING or state.run_after is None or state.run_after <= utcnow()

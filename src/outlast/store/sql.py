@@ -1,0 +1,401 @@
+"""The SQL core shared by the SQLite and PostgreSQL adapters: one schema, one set of
+statements, and the store verbs written once over a small transaction interface.
+
+Each adapter says only what is different about its engine: how it connects, how a
+transaction begins and commits (``BEGIN IMMEDIATE`` and a retry loop; pipelined round trips
+with ``FOR UPDATE``), how waiters are woken (pulse files after the commit; ``pg_notify``
+inside it), how a claim skips locked rows, and where worker locks live.
+
+**Tables.** ``jobs`` keeps the columns that are queried (status, kind, queue, worker, times,
+the last event's ``seq``) beside ``doc``, the job document (``JobState.to_dict()`` as compact
+UTF-8 JSON, byte for byte what every adapter stores); ``events`` has the key ``(job_id, seq)``;
+``labels`` one row per label, for filtering.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from outlast import codec, machine
+from outlast.errors import CorruptJob, JobActive, JobNotFound
+from outlast.machine import NewEvent
+from outlast.model import TERMINAL, JobState, Kind, ProgressEvent, Status, format_time, utcnow
+from outlast.store.base import Applied, Store, Transition
+from outlast.store.common import decode_listing, log
+
+Row = tuple[Any, ...]
+#: ``(state before, state after, seq before, new events)`` of one job in one transaction.
+Write = tuple[JobState, JobState, int, Sequence[NewEvent]]
+_TERMINAL = tuple(str(s) for s in TERMINAL)
+_CHUNK = 500  # ids per ``IN (…)``
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one SQL engine spells what the statements need."""
+
+    #: ``sqlite`` or ``postgresql``.
+    name: str
+    #: The placeholder: ``?`` or ``%s``.
+    param: str
+    #: Table names (PostgreSQL qualifies them with the store's schema).
+    jobs: str
+    events: str
+    labels: str
+    #: Column types: text, binary, whole number, time.
+    text: str
+    blob: str
+    integer: str
+    time_type: str
+    #: Appended to a read-modify-write's select (``FOR UPDATE``; SQLite locks the database).
+    for_update: str = ""
+    #: A table definition's suffix for the key-only tables (SQLite: ``WITHOUT ROWID``).
+    without_rowid: str = ""
+
+    def sql(self, statement: str) -> str:
+        """``statement`` written with ``?`` placeholders and ``{jobs}``-style table names, in
+        this dialect."""
+        out = statement.format(jobs=self.jobs, events=self.events, labels=self.labels)
+        return out if self.param == "?" else out.replace("?", self.param)
+
+    def time(self, value: datetime | None) -> Any:
+        """A time as a parameter: SQLite keeps ISO 8601 text (which sorts as time does)."""
+        if self.name == "sqlite":
+            return format_time(value)
+        return value
+
+    def one_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """``column`` is one of ``values``: the SQL and its parameters."""
+        if self.name == "sqlite":
+            return f"{column} IN ({','.join('?' * len(values))})", list(values)
+        return f"{column} = ANY(?::text[])", [list(values)]
+
+
+def tables(d: Dialect) -> list[str]:
+    """The three tables, in the dialect's types (the indexes are each engine's own)."""
+    return [
+        d.sql(
+            f"CREATE TABLE IF NOT EXISTS {{jobs}} (id {d.text} PRIMARY KEY,"
+            f" status {d.text} NOT NULL, kind {d.text} NOT NULL, queue {d.text} NOT NULL,"
+            f" worker {d.text},"
+            f" run_after {d.time_type}, created_at {d.time_type} NOT NULL,"
+            f" seq {d.integer} NOT NULL DEFAULT 0, doc {d.blob} NOT NULL)"
+        ),
+        d.sql(
+            f"CREATE TABLE IF NOT EXISTS {{labels}} (job_id {d.text} NOT NULL,"
+            f" key {d.text} NOT NULL, value {d.text} NOT NULL, PRIMARY KEY (job_id, key))"
+            f"{d.without_rowid}"
+        ),
+        d.sql(
+            f"CREATE TABLE IF NOT EXISTS {{events}} (job_id {d.text} NOT NULL,"
+            f" seq {d.integer} NOT NULL, doc {d.blob} NOT NULL, PRIMARY KEY (job_id, seq))"
+            f"{d.without_rowid}"
+        ),
+    ]
+
+
+#: The columns of ``jobs`` a change can touch without touching the never-changing ones (and
+#: their indexes): kind, queue and created_at are set once.
+_SLIM = "UPDATE {jobs} SET status = ?, worker = ?, run_after = ?, doc = ?, seq = ? WHERE id = ?"
+_FULL = (
+    "UPDATE {jobs} SET status = ?, kind = ?, queue = ?, worker = ?, run_after = ?,"
+    " created_at = ?, doc = ?, seq = ? WHERE id = ?"
+)
+#: Jobs a worker may hold: running, or pending and bound to the worker that will retry them
+#: (a running job always names its worker). Both engines index exactly these (``jobs_live``).
+LIVE = "worker IS NOT NULL AND status IN ('running', 'pending')"
+#: Jobs a claim may take (with ``run_after`` passed).
+CLAIMABLE = "status = 'pending' AND worker IS NULL"
+
+
+class Tx(Protocol):
+    """One transaction of an engine. ``write`` may be deferred until the next ``read`` or the
+    commit (PostgreSQL pipelines them into one round trip); ``read`` returns rows."""
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+    def write(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+    def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+    def wake(self, job_id: str, claimable: bool) -> None:
+        """Wake the job's waiters (and, if ``claimable``, idle pools) once committed."""
+        ...
+
+    def relax(self) -> None:
+        """This transaction changes no status: its commit need not wait to be durable."""
+        ...
+
+
+class SqlStore(Store):
+    """The store verbs over SQL, for an engine that provides :meth:`_tx` and :meth:`_query`."""
+
+    dialect: Dialect
+
+    # ------------------------------------------------------------------ the engine's part
+    @contextlib.contextmanager
+    def _tx(self, what: str) -> Iterator[Tx]:  # pragma: no cover - abstract
+        """A read-modify-write transaction; failures are translated into StoreError."""
+        raise NotImplementedError
+        yield
+
+    def _query(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """One read outside a transaction."""
+        raise NotImplementedError
+
+    def _decode(self, job_id: str, raw: Any) -> JobState:
+        """A stored document as a state (SQLite reuses the states it knows)."""
+        return codec.decode(job_id, raw)
+
+    def _remember(self, state: JobState, doc: bytes) -> None:
+        """Note the document just written for ``state`` (SQLite keeps it, see ``_decode``)."""
+
+    def _extra_columns(self, state: JobState) -> dict[str, Any]:
+        """Engine-only columns of a new job's row (PostgreSQL: its lock key)."""
+        return {}
+
+    def _forget(self, job_id: str) -> None:
+        """Remove what a deleted job left outside the database (its log and lock files)."""
+
+    # ------------------------------------------------------------------ rows
+    def _columns(self, state: JobState) -> tuple[Any, ...]:
+        """The queried columns of a job's row: status, kind, queue, worker, run_after,
+        created_at."""
+        d = self.dialect
+        return (
+            str(state.status),
+            str(state.kind),
+            state.queue,
+            state.worker,
+            d.time(state.run_after),
+            d.time(state.created_at),
+        )
+
+    def _insert(self, state: JobState) -> None:
+        doc = codec.encode(state)
+        extra = self._extra_columns(state)
+        names = "status, kind, queue, worker, run_after, created_at, doc, id"
+        names += "".join(f", {column}" for column in extra)
+        marks = ", ".join("?" * (8 + len(extra)))
+        sql = self.dialect.sql(f"INSERT INTO {{jobs}} ({names}) VALUES ({marks})")
+        with self._tx(f"create {state.id}") as tx:
+            tx.write(sql, (*self._columns(state), doc, state.id, *extra.values()))
+            self._put_labels(tx, state)
+            tx.wake(state.id, True)
+        self._remember(state, doc)
+
+    def _put_labels(self, tx: Tx, state: JobState) -> None:
+        if state.labels:
+            tx.write_many(
+                self.dialect.sql("INSERT INTO {labels} (job_id, key, value) VALUES (?, ?, ?)"),
+                [(state.id, k, v) for k, v in state.labels.items()],
+            )
+
+    def _read(self, job_id: str) -> JobState:
+        sql = self.dialect.sql("SELECT doc FROM {jobs} WHERE id = ?")
+        rows = self._query(f"read {job_id}", sql, (job_id,))
+        if not rows:
+            raise JobNotFound(f"no job {job_id}")
+        return self._decode(job_id, rows[0][0])
+
+    def _rows(self, tx: Tx, ids: Sequence[str]) -> dict[str, tuple[Any, int]]:
+        """``id -> (stored document, seq)`` of those of ``ids`` that exist, locked for the
+        transaction (rows in id order, so two transactions never deadlock)."""
+        found: dict[str, tuple[Any, int]] = {}
+        unique = sorted(set(ids))
+        d = self.dialect
+        for start in range(0, len(unique), _CHUNK):
+            where, params = d.one_of("id", unique[start : start + _CHUNK])
+            sql = f"SELECT id, doc, seq FROM {{jobs}} WHERE {where} ORDER BY id{d.for_update}"
+            sql = d.sql(sql)
+            for job_id, doc, seq in tx.read(sql, params):
+                found[job_id] = (doc, seq)
+        return found
+
+    def _write(self, tx: Tx, writes: Sequence[Write]) -> list[list[ProgressEvent]]:
+        """Add the writes of several transitions to ``tx``: all their events in one statement,
+        the last state of each job in another, their labels; returns each one's events.
+        When no write changes a status, the commit need not wait to be durable."""
+        now = utcnow()
+        d = self.dialect
+        stored: list[list[ProgressEvent]] = []
+        first: dict[str, JobState] = {}
+        last: dict[str, tuple[JobState, int]] = {}
+        for old, new, seq, events in writes:
+            stored.append(machine.number(new.id, seq, events, now))
+            first.setdefault(new.id, old)
+            last[new.id] = (new, seq + len(events))
+        event_rows = [(e.job_id, e.seq, codec.encode_event(e)) for mine in stored for e in mine]
+        if event_rows:
+            sql = d.sql("INSERT INTO {events} (job_id, seq, doc) VALUES (?, ?, ?)")
+            tx.write_many(sql, event_rows)
+        slim, full = [], []
+        for job_id, (new, seq) in last.items():
+            old = first[job_id]
+            doc = codec.encode(new)
+            self._remember(new, doc)  # checked against the stored bytes when read back
+            if (new.queue, new.kind, new.created_at) == (old.queue, old.kind, old.created_at):
+                slim.append((str(new.status), new.worker, d.time(new.run_after), doc, seq, job_id))
+            else:
+                full.append((*self._columns(new), doc, seq, job_id))
+            if new.labels != old.labels:
+                tx.write(d.sql("DELETE FROM {labels} WHERE job_id = ?"), (job_id,))
+                self._put_labels(tx, new)
+        if slim:
+            tx.write_many(d.sql(_SLIM), slim)
+        if full:
+            tx.write_many(d.sql(_FULL), full)
+        if all(old.status == new.status for old, new, _, _ in writes):
+            tx.relax()
+        return stored
+
+    def _apply_many(
+        self, items: builtins.list[tuple[str, Transition]], strict: bool = False
+    ) -> builtins.list[Applied]:
+        """Lock the rows, apply the transitions in order (a job that comes back sees its
+        earlier change), write and wake, commit."""
+        results: list[tuple[JobState, int | None]] = []  # the state, and its index in writes
+        writes: list[Write] = []
+        what = f"update {items[0][0]}" if len(items) == 1 else "update many"
+        with self._tx(what) as tx:
+            found = self._rows(tx, [job_id for job_id, _ in items])
+            current: dict[str, tuple[JobState, int]] = {}
+            for job_id, fn in items:
+                try:
+                    if job_id not in current:
+                        if job_id not in found:
+                            raise JobNotFound(f"no job {job_id}")
+                        doc, seq = found[job_id]
+                        current[job_id] = (self._decode(job_id, doc), seq)
+                except (JobNotFound, CorruptJob) as exc:
+                    if strict:
+                        raise
+                    log.warning("not updating job %s: %s", job_id, exc)
+                    continue
+                state, seq = current[job_id]
+                change = fn(state)
+                if change is None:
+                    results.append((state, None))
+                    continue
+                results.append((change.state, len(writes)))
+                writes.append((state, change.state, seq, change.events))
+                current[job_id] = (change.state, seq + len(change.events))
+                tx.wake(job_id, change.claimable)
+            stored = self._write(tx, writes) if writes else []
+        return [Applied(state, [] if i is None else stored[i]) for state, i in results]
+
+    # ------------------------------------------------------------------ reads
+    def _select(
+        self, status: Status | None, labels: dict[str, str], limit: int | None, before: str | None
+    ) -> builtins.list[JobState]:
+        d = self.dialect
+        where: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            where.append("status = ?")
+            params.append(str(status))
+        for key, value in labels.items():
+            where.append("id IN (SELECT job_id FROM {labels} WHERE key = ? AND value = ?)")
+            params += [key, value]
+        if before is not None:
+            sql = d.sql("SELECT created_at FROM {jobs} WHERE id = ?")
+            rows = self._query("list", sql, (before,))
+            if not rows:
+                raise JobNotFound(f"no job {before} (the 'before' cursor)")
+            where.append("(created_at, id) < (?, ?)")
+            params += [rows[0][0], before]
+        sql = "SELECT id, doc FROM {jobs}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, id DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return decode_listing(self._query("list", d.sql(sql), params))
+
+    def _events(self, job_id: str, after: int, limit: int | None) -> builtins.list[ProgressEvent]:
+        sql = "SELECT doc FROM {events} WHERE job_id = ? AND seq > ? ORDER BY seq"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        rows = self._query(f"events of {job_id}", self.dialect.sql(sql), (job_id, after))
+        return [codec.decode_event(job_id, doc) for (doc,) in rows]
+
+    def _live_jobs(self) -> builtins.list[JobState]:
+        sql = self.dialect.sql(f"SELECT id, doc FROM {{jobs}} WHERE {LIVE}")
+        return decode_listing(self._query("list live jobs", sql))
+
+    def _held_by(self, worker: str) -> builtins.list[JobState]:
+        sql = self.dialect.sql(f"SELECT id, doc FROM {{jobs}} WHERE worker = ? AND {LIVE}")
+        return decode_listing(self._query("list", sql, (worker,)))
+
+    def _claimable(
+        self, queues: builtins.list[str] | None, kinds: builtins.list[Kind] | None
+    ) -> tuple[str, list[Any]]:
+        """The condition of the jobs a claim of ``queues`` and ``kinds`` may take, apart from
+        being due."""
+        where, params = [CLAIMABLE], []
+        for column, values in (("queue", queues), ("kind", [str(k) for k in kinds or []])):
+            if values:
+                sql, args = self.dialect.one_of(column, values)
+                where.append(sql)
+                params += args
+        return " AND ".join(where), params
+
+    def _due_query(
+        self, queues: builtins.list[str] | None, kinds: builtins.list[Kind] | None, now: datetime
+    ) -> tuple[str, list[Any]]:
+        """``SELECT id, doc, seq`` of the due claimable jobs, oldest first; ``LIMIT ?`` last."""
+        where, params = self._claimable(queues, kinds)
+        sql = (
+            f"SELECT id, doc, seq FROM {{jobs}} WHERE {where}"
+            " AND (run_after IS NULL OR run_after <= ?) ORDER BY created_at, id LIMIT ?"
+        )
+        return self.dialect.sql(sql), [*params, self.dialect.time(now)]
+
+    def _next_due(
+        self, queues: builtins.list[str] | None, kinds: builtins.list[Kind] | None
+    ) -> datetime | None:
+        where, params = self._claimable(queues, kinds)
+        sql = self.dialect.sql(
+            f"SELECT run_after FROM {{jobs}} WHERE {where}"
+            " ORDER BY run_after IS NOT NULL, run_after LIMIT 1"
+        )
+        rows = self._query("next due", sql, params)
+        if not rows:
+            return None
+        value = rows[0][0]
+        if value is None:
+            return utcnow()  # due already
+        return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+    def _starts(self, rows: Sequence[Row], worker: str, now: datetime) -> list[Write]:
+        """The claims of due rows ``(id, doc, seq)``: each job started as ``worker``'s attempt
+        (a corrupt one is skipped with a warning)."""
+        starts: list[Write] = []
+        for job_id, doc, seq in rows:
+            try:
+                state = self._decode(job_id, doc)
+            except CorruptJob as exc:
+                log.warning("not claiming a corrupt job: %s", exc)
+                continue
+            change = machine.start(state, worker, now)
+            if change is not None:
+                starts.append((state, change.state, seq, change.events))
+        return starts
+
+    # ------------------------------------------------------------------ removal
+    def _remove(self, job_id: str, force: bool) -> None:
+        d = self.dialect
+        with self._tx(f"delete {job_id}") as tx:
+            sql = d.sql(f"SELECT status FROM {{jobs}} WHERE id = ?{d.for_update}")
+            rows = tx.read(sql, (job_id,))
+            if not rows:
+                raise JobNotFound(f"no job {job_id}")
+            if not force and rows[0][0] not in _TERMINAL:
+                why = "cancel it first or force the delete"
+                raise JobActive(f"job {job_id} is {rows[0][0]}; {why}")
+            for table, column in (("{jobs}", "id"), ("{events}", "job_id"), ("{labels}", "job_id")):
+                tx.write(d.sql(f"DELETE FROM {table} WHERE {column} = ?"), (job_id,))
+            tx.wake(job_id, False)
+        self._forget(job_id)

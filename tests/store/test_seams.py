@@ -1,0 +1,302 @@
+"""The seams made true (issue 11), on every adapter: typed system fields (and documents of the
+first shape still read), states no caller can change under another, and waits that end when
+the worker died."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from outlast import codec, machine
+from outlast.errors import InvalidInput
+from outlast.frozen import thaw
+from outlast.machine import Change
+from outlast.model import (
+    Call,
+    EventStatus,
+    JobState,
+    Kind,
+    PipelineState,
+    StageRecord,
+    Status,
+    utcnow,
+)
+from outlast.stages import checkpoint
+from outlast.store import Store, open_store
+from tests.store import procs
+from tests.store.adapters import Adapter
+
+# A document as the first version wrote it: the system's keys in the user's payload.
+FIRST_SHAPE: dict[str, dict[str, Any]] = {
+    "function": {
+        "payload": {"args": [1, {"k": "v"}], "kwargs": {"n": 2}, "module": "mod", "timeout": 5},
+        "max_attempts": 3,
+    },
+    "pipeline": {
+        "payload": {
+            "status_file": "/tmp/s",
+            "outputs": {"spawn": {"pid": 7}},
+            "cleanup": ["clean"],
+            "module": "pipes",
+            "timeout": 30.0,
+            "stages": {"spawn": {"status": "succeeded", "message": "started"}},
+            "canceling": True,
+        },
+        "status": "running",
+        "attempts": 1,
+        "worker": "elsewhere:1",
+    },
+    "command": {"payload": {"grace": 2.5}, "command": ["sleep", "1"]},
+}
+
+
+def _first_shape_doc(job_id: str, kind: str) -> bytes:
+    doc = {
+        "id": job_id,
+        "kind": kind,
+        "name": "old",
+        "command": None,
+        "labels": {"team": "a"},
+        "queue": "default",
+        "status": "pending",
+        "phase": None,
+        "step": None,
+        "progress": None,
+        "payload": {},
+        "result": None,
+        "error": None,
+        "attempts": 0,
+        "max_attempts": 1,
+        "run_after": None,
+        "question": None,
+        "answer": None,
+        "pid": None,
+        "pid_started_at": None,
+        "worker": None,
+        "created_at": "2026-11-29T18:11:10.123456+00:00",
+        "started_at": None,
+        "updated_at": "2026-11-29T18:11:10.123456+00:00",
+        "finished_at": None,
+    }
+    doc.update(FIRST_SHAPE[kind])
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize("kind", ["function", "pipeline", "command"])
+def test_a_document_of_the_first_shape_reads_with_typed_fields(
+    store: Store, store_url: str, adapter: Adapter, kind: str
+) -> None:
+    write_raw = adapter.need("write_raw")
+    job = store.create(kind=kind, name="placeholder")
+    write_raw(store_url, job.id, _first_shape_doc(job.id, kind))
+    with open_store(store_url) as fresh:  # no state cached from the write above
+        state = fresh.get(job.id)
+    assert state.labels == {"team": "a"}
+    if kind == "function":
+        assert state.payload == {}
+        assert state.call == Call("mod", [1, {"k": "v"}], {"n": 2})
+        assert state.timeout == 5 and state.max_attempts == 3
+    elif kind == "pipeline":
+        assert state.payload == {"status_file": "/tmp/s", "outputs": {"spawn": {"pid": 7}}}
+        assert state.call is not None and state.call.module == "pipes"
+        assert state.timeout == 30.0 and state.cancel_requested is True
+        assert state.pipeline == PipelineState(
+            ("clean",), {"spawn": StageRecord("succeeded", "started")}
+        )
+    else:
+        assert state.payload == {} and state.grace == 2.5 and state.call is None
+    # ...and it lives on: a transition writes this version's shape back
+    after = store.open(job.id).relabel("x", "y")
+    raw = json.loads(codec.encode(after))
+    assert "call" in raw and "module" not in raw["payload"] and "grace" not in raw["payload"]
+
+
+def test_a_users_payload_is_data_and_changes_nothing(store: Store) -> None:
+    """What the system keeps has typed fields: a payload that happens to use the first
+    version's key names sets no kill deadline and asks for no cancel."""
+    payload = {"timeout": 0.001, "grace": 0, "canceling": True, "cleanup": ["x"], "args": [9]}
+    job = store.create(kind="function", name="f", payload=payload, call=Call("m", [1], {}))
+    state = store.get(job.id)
+    assert state.payload == payload
+    assert state.timeout is None and state.grace is None and not state.cancel_requested
+    assert state.call == Call("m", [1], {}) and state.pipeline is None
+    [claimed] = store.claim()
+    assert claimed.cancel().status == Status.CANCELED  # no cleanup to wait for
+
+
+def test_states_handed_out_cannot_be_changed(store: Store) -> None:
+    job = store.create(kind="function", name="f", payload={"a": {"b": [1]}}, labels={"k": "v"})
+    state = store.get(job.id)
+    for change in (
+        lambda: state.payload.__setitem__("a", 2),
+        lambda: state.payload["a"]["b"].append(2),
+        lambda: state.payload["a"].update(c=3),
+        lambda: state.labels.pop("k"),
+        lambda: state.payload["a"]["b"].sort(),
+    ):
+        with pytest.raises(TypeError, match="immutable"):
+            change()
+    assert store.get(job.id).payload == {"a": {"b": [1]}}
+    # a plain copy is the caller's own
+    mine = thaw(state.payload)
+    mine["a"]["b"].append(2)
+    assert store.get(job.id).payload == {"a": {"b": [1]}}
+    assert state.to_dict()["payload"] is not state.payload  # to_dict gives plain values
+
+
+def test_a_failed_transition_leaves_nothing_behind(store: Store, store_url: str) -> None:
+    """The poisoning sequence: a transition that edits a nested value and then fails must
+    leave every later reader (this store's cache, and a fresh store) the same state."""
+    job = store.create(
+        kind="pipeline",
+        name="p",
+        payload={"outputs": {}},
+        pipeline=PipelineState(("clean",), {}),
+    )
+    before = store.get(job.id)
+
+    def edit_in_place_then_fail(state: JobState) -> Change | None:
+        state.payload["outputs"]["spawn"] = {"pid": 1}  # refused: states are immutable
+        return None
+
+    with pytest.raises(TypeError, match="immutable"):
+        store.apply(job.id, edit_in_place_then_fail)
+
+    def build_then_fail(state: JobState) -> Change | None:
+        change = checkpoint(state, None, "spawn", "succeeded", "ok", {"pid": 1}, utcnow())
+        assert change is not None and change.state.pipeline is not None
+        assert "spawn" in change.state.pipeline.stages
+        raise RuntimeError("the write fails after the new state was built")
+
+    with pytest.raises(RuntimeError):
+        store.apply(job.id, build_then_fail)
+    with open_store(store_url) as fresh:
+        assert fresh.get(job.id) == before
+    assert store.get(job.id) == before
+    assert store.get(job.id).pipeline == PipelineState(("clean",), {})
+
+
+def test_values_given_to_a_state_are_copied_not_shared(store: Store) -> None:
+    """A caller that keeps changing the result (or payload) it passed in changes nothing
+    stored, in this process or another."""
+    payload: dict[str, Any] = {"items": [1]}
+    job = store.create(kind="function", name="f", payload=payload)
+    payload["items"].append(2)
+    result: dict[str, Any] = {"rows": [1]}
+    [claimed] = store.claim()
+    claimed.succeed(result)
+    result["rows"].append(2)
+    state = store.get(job.id)
+    assert state.payload == {"items": [1]} and state.result == {"rows": [1]}
+
+
+def test_checkpoints_go_to_their_typed_field_and_outputs_to_the_payload(store: Store) -> None:
+    job = store.create(
+        kind="pipeline", name="p", payload={"in": 1}, pipeline=PipelineState(("clean",))
+    )
+    [claimed] = store.claim()
+    attempt = claimed.attempt
+    store.apply(job.id, lambda s: checkpoint(s, attempt, "a", "succeeded", "m", {"o": 1}, utcnow()))
+    store.apply(job.id, lambda s: checkpoint(s, attempt, "b", "skipped", "t", None, utcnow()))
+    state = store.get(job.id)
+    assert state.payload == {"in": 1, "outputs": {"a": {"o": 1}}}
+    assert state.pipeline is not None and list(state.pipeline.stages) == ["a", "b"]
+    assert state.pipeline.stages["b"] == StageRecord("skipped", "t")
+    assert state.pipeline.cleanup_pending
+    # a stale attempt's checkpoint is refused
+    claimed.release()
+    assert (
+        store.apply(job.id, lambda s: checkpoint(s, attempt, "c", "ok", "", None, utcnow()))[1]
+        == []
+    )
+    with pytest.raises(InvalidInput):
+        store.apply(job.id, lambda s: checkpoint(s, None, "c", "ok", "", {"x": {1}}, utcnow()))
+
+
+# ------------------------------------------------------------- waits end when the worker dies
+def test_wait_returns_the_reconciled_state_when_the_worker_died(
+    store: Store, store_url: str
+) -> None:
+    job = store.create(kind="function", name="f", max_attempts=1)
+    with procs.spawned(procs.hold_lock, store_url, job.id, True, False) as worker:
+        assert worker.recv()[0] == "ready"
+        got: list[JobState] = []
+        waiter = threading.Thread(target=lambda: got.append(store.wait(job.id, timeout=30)))
+        waiter.start()
+        time.sleep(0.3)  # the wait is under way, on a live worker
+        assert not got
+        killed = time.monotonic()
+        worker.kill()
+        waiter.join(30)
+    took = time.monotonic() - killed
+    [state] = got
+    assert state.status == Status.FAILED, state
+    assert state.error is not None and state.error.code == "abandoned"
+    assert took < 10, f"wait took {took:.1f}s after the kill"  # about 1 s: see BENCHMARKS.md
+
+
+def test_watch_ends_with_the_terminal_event_when_the_worker_died(
+    store: Store, store_url: str
+) -> None:
+    job = store.create(kind="function", name="f", max_attempts=1)
+    with procs.spawned(procs.hold_lock, store_url, job.id, True, False) as worker:
+        assert worker.recv()[0] == "ready"
+        events = store.watch(job.id, timeout=30)
+        first = next(iter(events))
+        assert first.status == EventStatus.STARTED
+        worker.kill()
+        rest = list(events)
+    assert rest and rest[-1].status == EventStatus.FAILED
+    assert rest[-1].message["error"]["code"] == "abandoned"  # type: ignore[index]
+    assert store.get(job.id).terminal
+
+
+def test_a_job_retried_after_its_worker_died_is_waited_for_to_its_end(
+    store: Store, store_url: str
+) -> None:
+    """With attempts left the wait goes on: the retry (here: this test, as the new worker)
+    ends the job."""
+    job = store.create(kind="function", name="f", max_attempts=2)
+    with procs.spawned(procs.hold_lock, store_url, job.id, True, False) as worker:
+        assert worker.recv()[0] == "ready"
+        got: list[JobState] = []
+        waiter = threading.Thread(target=lambda: got.append(store.wait(job.id, timeout=30)))
+        waiter.start()
+        worker.kill()
+        retry = None
+        deadline = time.monotonic() + 20
+        while retry is None and time.monotonic() < deadline:
+            claimed = store.claim()
+            retry = claimed[0] if claimed else None
+            time.sleep(0.05)
+        assert retry is not None, "the job never went back to pending"
+        assert not got  # still waiting: the job is not over
+        retry.succeed("second time")
+        waiter.join(30)
+    assert [s.status for s in got] == [Status.SUCCEEDED]
+    assert store.get(job.id).attempts == 2
+
+
+def test_the_store_numbers_events_once_for_every_adapter() -> None:
+    now = utcnow()
+    events = machine.number(
+        "j", 4, [machine.NewEvent("s", EventStatus.PROGRESS, {"m": [1]})] * 2, now
+    )
+    assert [e.seq for e in events] == [5, 6] and {e.at for e in events} == {now}
+    raw = codec.encode_event(events[0])
+    assert codec.decode_event("j", raw) == events[0]
+    with pytest.raises(Exception, match="names job"):
+        codec.decode_event("other", raw)
+
+
+def test_the_job_kind_of_a_new_state_is_checked(store: Store) -> None:
+    with pytest.raises(InvalidInput, match="call must be"):
+        store.create(kind=Kind.FUNCTION, name="f", call={"module": "m"})  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="timeout"):
+        store.create(kind=Kind.FUNCTION, name="f", timeout=-1)
+    with pytest.raises(InvalidInput, match="grace"):
+        store.create(kind=Kind.COMMAND, command=["x"], grace=float("nan"))
