@@ -3,7 +3,7 @@
 A pool (``-c 1``, default poll settings) runs in this process on an empty store; after a
 settling second every statement it (and its maintainer thread) sends is counted for
 ``--seconds``: SQLite's own trace callback sees each statement, and on PostgreSQL every
-``execute`` of psycopg is counted. Run with the figures of two trees side by side::
+``Cursor.execute`` of psycopg is counted. Run with the figures of two trees side by side::
 
     PYTHONPATH=/path/to/other/src python bench/idle_bench.py
 
@@ -40,14 +40,13 @@ def _count_sqlite() -> None:
 def _count_psycopg() -> None:
     import psycopg
 
-    for cls in (psycopg.Connection, psycopg.Cursor):
-        real = cls.execute
+    real = psycopg.Cursor.execute  # Connection.execute goes through it too
 
-        def execute(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
-            COUNT[0] += 1
-            return _real(self, *args, **kwargs)
+    def execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        COUNT[0] += 1
+        return real(self, *args, **kwargs)
 
-        cls.execute = execute  # type: ignore[method-assign,assignment]
+    psycopg.Cursor.execute = execute  # type: ignore[method-assign,assignment]
 
 
 def measure(url: str, seconds: float, pools: int) -> tuple[float, float]:

@@ -83,3 +83,48 @@ def test_full_cli_loads_no_server_or_driver(tmp_path: Path) -> None:
     assert "click" in loaded
     for heavy in HEAVY:
         assert not any(m == heavy or m.startswith(heavy + ".") for m in loaded), heavy
+
+
+def test_the_python_api_names_of_the_architecture() -> None:
+    """Pipelines and commands are created from the top-level package; PollTimeout is in the
+    one exception tree."""
+    from outlast.pipeline import Pipeline, Stage, poll
+
+    assert (outlast.Pipeline, outlast.Stage, outlast.poll) == (Pipeline, Stage, poll)
+    assert callable(outlast.run_command)
+    assert issubclass(outlast.PollTimeout, outlast.OutlastError)
+    assert outlast.PollTimeout.code == "timeout"
+
+
+def test_sqlite_close_closes_the_connections_of_every_thread(tmp_path: Path) -> None:
+    import threading
+
+    def db_fds() -> int:
+        fds = os.listdir("/proc/self/fd")
+        return sum(1 for fd in fds if _points_at(fd, tmp_path / "s.db"))
+
+    store = open_store(f"sqlite://{tmp_path}/s.db")
+    job = store.create(name="x")
+    done = threading.Event()
+    keep = threading.Event()
+
+    def other_thread() -> None:
+        store.get(job.id)  # this thread's own connection
+        done.set()
+        keep.wait(10)  # still alive when the store is closed
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    done.wait(10)
+    assert db_fds() >= 2  # this thread's connections and the other's
+    store.close()
+    assert db_fds() == 0, "a thread's connection stayed open after close()"
+    keep.set()
+    thread.join()
+
+
+def _points_at(fd: str, path: Path) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    except OSError:
+        return False

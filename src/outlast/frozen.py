@@ -56,7 +56,7 @@ class FrozenList(list[Any]):
         return self
 
 
-_FROZEN = (FrozenDict, FrozenList, str, int, float, bool, type(None))
+_FROZEN = frozenset({FrozenDict, FrozenList, str, int, float, bool, type(None)})
 EMPTY_DICT = FrozenDict()
 EMPTY_LIST = FrozenList()
 
@@ -68,9 +68,9 @@ def freeze(value: Any) -> Any:
     if kind in _FROZEN:
         return value
     if kind is dict or isinstance(value, dict):
-        return FrozenDict({k: freeze(v) for k, v in value.items()})
+        return FrozenDict({k: freeze(v) for k, v in value.items()}) if value else EMPTY_DICT
     if kind is list or isinstance(value, list | tuple):
-        return FrozenList([freeze(v) for v in value])
+        return FrozenList([freeze(v) for v in value]) if value else EMPTY_LIST
     return value
 
 

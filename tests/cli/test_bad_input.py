@@ -166,3 +166,27 @@ def test_a_bad_store_url_is_one_line_and_creates_nothing(
         _assert_one_line_error(cli(*argv, env=env, cwd=cwd, timeout=15))
     assert list(cwd.iterdir()) == [], "something was created for a bad store URL"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd"]
+
+
+@pytest.mark.timeout(60)
+def test_a_store_that_fails_exits_5_and_a_users_error_2(cli: Outlast, jobs: Jobs) -> None:
+    """An unreachable store is not a usage error: scripts can tell the two apart."""
+    unreachable = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"
+    for argv in (["ls"], ["status", UNKNOWN], ["run", "--", "true"]):
+        result = cli(*argv, env={"OUTLAST_STORE": unreachable}, timeout=30)
+        _assert_one_line_error(result)
+        assert result.code == 5, result
+        assert "cannot connect" in result.err, result
+    assert cli("status", UNKNOWN).code == 2
+    assert cli("rm", jobs.live).code == 2  # refused: the job is live
+    corrupt = cli.store.create(command=["x"], name="corrupt")
+    if cli.kind == "files":
+        (cli.tmp / "jobs" / f"{corrupt.id}.json").write_text('{"id": 1}')
+    else:
+        import sqlite3
+
+        with sqlite3.connect(cli.tmp / "s.db") as conn:
+            conn.execute("UPDATE jobs SET doc = ? WHERE id = ?", (b"{not json", corrupt.id))
+    result = cli("status", corrupt.id)
+    _assert_one_line_error(result)
+    assert result.code == 5 and "corrupt" in result.err, result

@@ -151,3 +151,34 @@ def test_attempts_run_out(cli: Outlast) -> None:
     assert (final["status"], final["attempts"]) == ("failed", 2)
     assert "code 5" in final["error"]["message"]
     assert cli("logs", job_id).ok().out == "try\ntry\n"
+
+
+@STORES
+@pytest.mark.timeout(60)
+def test_run_command_is_the_python_api_of_outlast_run(cli: Outlast, tmp_path: Path) -> None:
+    """``outlast.run_command`` is what ``outlast run`` calls: a detached supervisor, the
+    given working directory and environment, the grace period as a typed field."""
+    import outlast
+
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**cli.env, "GREETING": "hello from the caller"}
+    task = outlast.run_command(
+        ["sh", "-c", 'echo "$GREETING in $(pwd)"; outlast report --step s --progress 50'],
+        name="greet",
+        labels={"via": "python"},
+        grace=2.5,
+        cwd=str(work),
+        env=env,
+        store=cli.store,
+    )
+    state = cli.store.wait(task.id, timeout=30)
+    assert state.status == "succeeded" and state.result == {"exit_code": 0}, state
+    assert (state.name, state.labels, state.grace) == ("greet", {"via": "python"}, 2.5)
+    assert state.payload == {} and state.command is not None and state.command[0] == "sh"
+    assert cli("logs", task.id).ok().out == f"hello from the caller in {work}\n"
+    assert [e.step for e in cli.store.events(task.id)] == ["job", "s", "job"]
+    with pytest.raises(outlast.InvalidInput):
+        outlast.run_command("sh -c true", store=cli.store)  # a string is not an argv
+    with pytest.raises(outlast.InvalidInput):
+        outlast.run_command(["true"], grace=-1, store=cli.store)

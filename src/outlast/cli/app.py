@@ -86,6 +86,11 @@ def parse_duration(text: str) -> float:
     return value * units[unit]
 
 
+def _one_line(message: str) -> str:
+    """A driver's several-line message (libpq's hints) as one line."""
+    return "; ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
 class Cli(click.Group):
     """Turns outlast's errors and click's usage errors into one line on stderr: exit 2 for a
     user's error, 5 when the store failed."""
@@ -106,10 +111,10 @@ class Cli(click.Group):
             click.echo(f"outlast: error: {exc.format_message()}", err=True)
             sys.exit(exc.exit_code)
         except (StoreError, CorruptJob) as exc:
-            click.echo(f"outlast: error: {exc}", err=True)
+            click.echo(f"outlast: error: {_one_line(str(exc))}", err=True)
             sys.exit(EXIT_STORE)
         except OutlastError as exc:
-            click.echo(f"outlast: error: {exc}", err=True)
+            click.echo(f"outlast: error: {_one_line(str(exc))}", err=True)
             sys.exit(EXIT_USAGE)
         except KeyboardInterrupt:
             sys.exit(130)

@@ -18,7 +18,6 @@ from typing import Any
 from outlast import config
 from outlast.errors import InvalidInput, StoreError
 from outlast.ids import DEDICATED
-from outlast.machine import check_json
 from outlast.model import Call, ErrorInfo, Kind, PipelineState
 from outlast.run import registry
 from outlast.run import spawn as spawner
@@ -116,9 +115,7 @@ def create_job(
     data); a pipeline takes a ``payload`` object, its input, and no arguments.
     """
     spec = _spec(job)
-    args, kwargs = list(args), dict(kwargs or {})
-    check_json(args, "the job's arguments")
-    check_json(kwargs, "the job's keyword arguments")
+    args, kwargs = list(args), dict(kwargs or {})  # checked (JSON) and frozen by the store
     if payload is not None and not isinstance(payload, Mapping):
         raise InvalidInput(f"a payload must be a JSON object, not {type(payload).__name__}")
     pipeline = None

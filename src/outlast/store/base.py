@@ -164,23 +164,31 @@ class Store(abc.ABC):
         if call is not None:
             machine.check_json(call.args, "the job's arguments")
             machine.check_json(call.kwargs, "the job's keyword arguments")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InvalidInput(f"name must be a non-empty string, not {name!r}")
+        if pipeline is not None and not isinstance(pipeline, PipelineState):
+            raise InvalidInput("pipeline must be an outlast.model.PipelineState")
+        if run_after is not None and (not isinstance(run_after, datetime) or not run_after.tzinfo):
+            raise InvalidInput("run_after must be a time with a time zone")
         now = utcnow()
-        state = JobState(
-            id=new_id(),
-            kind=kind,
-            name=name or (command[0] if command else str(kind)),
-            command=list(command) if command else None,
-            call=call,
-            labels=check_labels(labels),
-            queue=queue,
-            payload=machine.check_json(dict(payload or {}), "payload"),
-            max_attempts=max_attempts,
-            timeout=_seconds(timeout, "timeout", positive=True),
-            grace=_seconds(grace, "grace", positive=False),
-            run_after=run_after,
-            pipeline=pipeline,
-            created_at=now,
-            updated_at=now,
+        state = JobState.build(
+            {
+                "id": new_id(),
+                "kind": kind,
+                "name": name or (command[0] if command else str(kind)),
+                "command": list(command) if command else None,
+                "call": call,
+                "labels": check_labels(labels),
+                "queue": queue,
+                "payload": machine.check_json(dict(payload or {}), "payload"),
+                "max_attempts": max_attempts,
+                "timeout": _seconds(timeout, "timeout", positive=True),
+                "grace": _seconds(grace, "grace", positive=False),
+                "run_after": run_after,
+                "pipeline": pipeline,
+                "created_at": now,
+                "updated_at": now,
+            }
         )
         self._insert(state)
         return Task(self, state.id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,7 +36,7 @@ _TERMINAL = tuple(str(s) for s in TERMINAL)
 _CHUNK = 500  # ids per ``IN (…)``
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one per store: hashed by identity (cheap, for the caches)
 class Dialect:
     """How one SQL engine spells what the statements need."""
 
@@ -57,6 +58,7 @@ class Dialect:
     #: A table definition's suffix for the key-only tables (SQLite: ``WITHOUT ROWID``).
     without_rowid: str = ""
 
+    @functools.lru_cache(maxsize=1024)  # noqa: B019 - dialects live as long as the program
     def sql(self, statement: str) -> str:
         """``statement`` written with ``?`` placeholders and ``{jobs}``-style table names, in
         this dialect."""
@@ -111,6 +113,14 @@ _FULL = (
 LIVE = "worker IS NOT NULL AND status IN ('running', 'pending')"
 #: Jobs a claim may take (with ``run_after`` passed).
 CLAIMABLE = "status = 'pending' AND worker IS NULL"
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_sql(d: Dialect, extra: tuple[str, ...]) -> str:
+    names = ", ".join(
+        ["status", "kind", "queue", "worker", "run_after", "created_at", "doc", "id", *extra]
+    )
+    return d.sql(f"INSERT INTO {{jobs}} ({names}) VALUES ({', '.join('?' * (8 + len(extra)))})")
 
 
 class Tx(Protocol):
@@ -176,12 +186,11 @@ class SqlStore(Store):
     def _insert(self, state: JobState) -> None:
         doc = codec.encode(state)
         extra = self._extra_columns(state)
-        names = "status, kind, queue, worker, run_after, created_at, doc, id"
-        names += "".join(f", {column}" for column in extra)
-        marks = ", ".join("?" * (8 + len(extra)))
-        sql = self.dialect.sql(f"INSERT INTO {{jobs}} ({names}) VALUES ({marks})")
         with self._tx(f"create {state.id}") as tx:
-            tx.write(sql, (*self._columns(state), doc, state.id, *extra.values()))
+            tx.write(
+                _insert_sql(self.dialect, tuple(extra)),
+                (*self._columns(state), doc, state.id, *extra.values()),
+            )
             self._put_labels(tx, state)
             tx.wake(state.id, True)
         self._remember(state, doc)
@@ -256,6 +265,8 @@ class SqlStore(Store):
     ) -> builtins.list[Applied]:
         """Lock the rows, apply the transitions in order (a job that comes back sees its
         earlier change), write and wake, commit."""
+        if not items:
+            return []
         results: list[tuple[JobState, int | None]] = []  # the state, and its index in writes
         writes: list[Write] = []
         what = f"update {items[0][0]}" if len(items) == 1 else "update many"
@@ -369,11 +380,15 @@ class SqlStore(Store):
             return utcnow()  # due already
         return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
-    def _starts(self, rows: Sequence[Row], worker: str, now: datetime) -> list[Write]:
-        """The claims of due rows ``(id, doc, seq)``: each job started as ``worker``'s attempt
-        (a corrupt one is skipped with a warning)."""
+    def _starts(
+        self, rows: Sequence[Row], worker: str, now: datetime, limit: int | None = None
+    ) -> list[Write]:
+        """The claims of due rows ``(id, doc, seq)``, at most ``limit``: each job started as
+        ``worker``'s attempt (a corrupt one is skipped with a warning)."""
         starts: list[Write] = []
         for job_id, doc, seq in rows:
+            if limit is not None and len(starts) >= limit:
+                break
             try:
                 state = self._decode(job_id, doc)
             except CorruptJob as exc:

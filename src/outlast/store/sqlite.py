@@ -255,8 +255,9 @@ class SQLiteStore(_local.LocalStore, SqlStore):
         if not self._query("claim", sql, (*params, 1)):
             return []
         with self._tx("claim") as tx:
-            starts: list[Write] = self._starts(tx.read(sql, (*params, limit * 2)), worker, now)
-            starts = starts[:limit]
+            starts: list[Write] = self._starts(
+                tx.read(sql, (*params, limit * 2)), worker, now, limit
+            )
             if starts:
                 self._write(tx, starts)
                 for _, new, _, _ in starts:
