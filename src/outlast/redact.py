@@ -14,17 +14,25 @@ from typing import Any
 
 MASK = "***"
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY", re.IGNORECASE)
-_cache: tuple[tuple[tuple[str, str], ...], tuple[str, ...]] | None = None
+_cache: tuple[dict[Any, Any], tuple[str, ...]] | None = None
 
 
 def secret_values() -> tuple[str, ...]:
-    """The secret values of the current environment, longest first."""
+    """The secret values of the current environment, longest first.
+
+    Called for every message stored, so the environment is compared, not scanned: a copy
+    of its raw mapping (one C-level comparison) says whether anything changed since the
+    secrets were last picked out.
+    """
     global _cache
-    items = tuple(sorted((k, v) for k, v in os.environ.items() if _SECRET_NAME.search(k)))
-    if _cache is None or _cache[0] != items:
-        values = {v for _, v in items if len(v) >= 4}
-        _cache = (items, tuple(sorted(values, key=len, reverse=True)))
-    return _cache[1]
+    raw = getattr(os.environ, "_data", None)  # CPython's bytes mapping behind os.environ
+    if _cache is not None and raw is not None and raw == _cache[0]:
+        return _cache[1]
+    items = [(k, v) for k, v in os.environ.items() if _SECRET_NAME.search(k)]
+    values = {v for _, v in items if len(v) >= 4}
+    secrets = tuple(sorted(values, key=len, reverse=True))
+    _cache = (dict(raw) if raw is not None else {}, secrets) if raw is not None else None
+    return secrets
 
 
 def redact_text(text: str) -> str:

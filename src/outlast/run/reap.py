@@ -13,7 +13,6 @@ from functools import partial
 
 from outlast.ids import DEDICATED
 from outlast.model import JobState, Kind, ProgressEvent, Status
-from outlast.run.spawn import spawn_dedicated, spawn_supervisor
 from outlast.store import Store, worker_name
 from outlast.store import follow as store_follow
 
@@ -36,10 +35,12 @@ def reconcile(store: Store, state: JobState) -> JobState:
         return after
     # Back to pending with nobody bound to it: restart a dedicated worker where pools won't
     # (two reconcilers may both start one: the second finds the worker lock held and exits).
+    from outlast.run import spawn  # not at import: `outlast ls` and `status` rarely need it
+
     if after.kind == Kind.COMMAND:
-        spawn_supervisor(store, after.id)
+        spawn.spawn_supervisor(store, after.id)
     elif after.queue == DEDICATED:
-        spawn_dedicated(store, after.id)
+        spawn.spawn_dedicated(store, after.id)
     return after
 
 
@@ -82,5 +83,7 @@ def resume(store: Store, job_id: str, answer: object = None) -> JobState:
     (pools never claim those)."""
     state = store.open(job_id).resume(answer)
     if state.status == Status.PENDING and state.queue == DEDICATED and state.worker is None:
+        from outlast.run.spawn import spawn_dedicated
+
         spawn_dedicated(store, job_id)
     return state

@@ -18,9 +18,8 @@ import builtins
 import contextlib
 import functools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from outlast import codec, machine
 from outlast.errors import CorruptJob, JobActive, JobNotFound
@@ -36,27 +35,49 @@ _TERMINAL = tuple(str(s) for s in TERMINAL)
 _CHUNK = 500  # ids per ``IN (…)``
 
 
-@dataclass(frozen=True, eq=False)  # one per store: hashed by identity (cheap, for the caches)
 class Dialect:
-    """How one SQL engine spells what the statements need."""
+    """How one SQL engine spells what the statements need (one per store: hashed by
+    identity, cheap for the statement caches; a plain class: imported on every CLI call)."""
 
-    #: ``sqlite`` or ``postgresql``.
-    name: str
-    #: The placeholder: ``?`` or ``%s``.
-    param: str
-    #: Table names (PostgreSQL qualifies them with the store's schema).
-    jobs: str
-    events: str
-    labels: str
-    #: Column types: text, binary, whole number, time.
-    text: str
-    blob: str
-    integer: str
-    time_type: str
-    #: Appended to a read-modify-write's select (``FOR UPDATE``; SQLite locks the database).
-    for_update: str = ""
-    #: A table definition's suffix for the key-only tables (SQLite: ``WITHOUT ROWID``).
-    without_rowid: str = ""
+    __slots__ = (
+        "blob",
+        "events",
+        "for_update",
+        "integer",
+        "jobs",
+        "labels",
+        "name",
+        "param",
+        "text",
+        "time_type",
+        "without_rowid",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        param: str,
+        jobs: str,
+        events: str,
+        labels: str,
+        text: str,
+        blob: str,
+        integer: str,
+        time_type: str,
+        for_update: str = "",
+        without_rowid: str = "",
+    ) -> None:
+        #: ``sqlite`` or ``postgresql``; the placeholder, ``?`` or ``%s``.
+        self.name, self.param = name, param
+        #: Table names (PostgreSQL qualifies them with the store's schema).
+        self.jobs, self.events, self.labels = jobs, events, labels
+        #: Column types: text, binary, whole number, time.
+        self.text, self.blob, self.integer, self.time_type = text, blob, integer, time_type
+        #: Appended to a read-modify-write's select (``FOR UPDATE``; SQLite locks the file).
+        self.for_update = for_update
+        #: A table definition's suffix for the key-only tables (SQLite: ``WITHOUT ROWID``).
+        self.without_rowid = without_rowid
 
     @functools.lru_cache(maxsize=1024)  # noqa: B019 - dialects live as long as the program
     def sql(self, statement: str) -> str:
@@ -123,20 +144,21 @@ def _insert_sql(d: Dialect, extra: tuple[str, ...]) -> str:
     return d.sql(f"INSERT INTO {{jobs}} ({names}) VALUES ({', '.join('?' * (8 + len(extra)))})")
 
 
-class Tx(Protocol):
-    """One transaction of an engine. ``write`` may be deferred until the next ``read`` or the
-    commit (PostgreSQL pipelines them into one round trip); ``read`` returns rows."""
+if TYPE_CHECKING:  # an interface for annotations only (a Protocol costs import time)
+    from typing import Protocol
 
-    def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
-    def write(self, sql: str, params: Sequence[Any] = ()) -> None: ...
-    def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
-    def wake(self, job_id: str, claimable: bool) -> None:
-        """Wake the job's waiters (and, if ``claimable``, idle pools) once committed."""
-        ...
+    class Tx(Protocol):
+        """One transaction of an engine. ``write`` may be deferred until the next ``read`` or
+        the commit (PostgreSQL pipelines them into one round trip); ``read`` returns rows."""
 
-    def relax(self) -> None:
-        """This transaction changes no status: its commit need not wait to be durable."""
-        ...
+        def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+        def write(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+        def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+        def wake(self, job_id: str, claimable: bool) -> None:
+            """Wake the job's waiters (and, if ``claimable``, idle pools) once committed."""
+
+        def relax(self) -> None:
+            """This transaction changes no status: its commit need not wait to be durable."""
 
 
 class SqlStore(Store):
@@ -233,7 +255,7 @@ class SqlStore(Store):
         first: dict[str, JobState] = {}
         last: dict[str, tuple[JobState, int]] = {}
         for old, new, seq, events in writes:
-            stored.append(machine.number(new.id, seq, events, now))
+            stored.append(machine.number(new.id, seq, events, now) if events else [])
             first.setdefault(new.id, old)
             last[new.id] = (new, seq + len(events))
         event_rows = [(e.job_id, e.seq, codec.encode_event(e)) for mine in stored for e in mine]
@@ -259,6 +281,24 @@ class SqlStore(Store):
         if all(old.status == new.status for old, new, _, _ in writes):
             tx.relax()
         return stored
+
+    def _apply_one(self, job_id: str, fn: Transition) -> Applied:
+        """:meth:`_apply_many` of one job, on the shortest path (a progress report, an
+        outcome: this is the transition workers make most)."""
+        d = self.dialect
+        with self._tx(f"update {job_id}") as tx:
+            rows = tx.read(
+                d.sql(f"SELECT doc, seq FROM {{jobs}} WHERE id = ?{d.for_update}"), (job_id,)
+            )
+            if not rows:
+                raise JobNotFound(f"no job {job_id}")
+            state = self._decode(job_id, rows[0][0])
+            change = fn(state)
+            if change is None:
+                return Applied(state, [])
+            [stored] = self._write(tx, [(state, change.state, rows[0][1], change.events)])
+            tx.wake(job_id, change.claimable)
+        return Applied(change.state, stored)
 
     def _apply_many(
         self, items: builtins.list[tuple[str, Transition]], strict: bool = False
