@@ -21,7 +21,8 @@ def _number(name: str, default: float, minimum: float = 0.0) -> float:
 
 
 def poll_bounds() -> tuple[float, float]:
-    """``(WORKER_POLL_MIN, WORKER_POLL_MAX)``: a pool's idle backoff bounds, seconds."""
+    """``(WORKER_POLL_MIN, WORKER_POLL_MAX)``: a pool's polling backoff bounds, seconds (it
+    polls only where the store cannot wake it; see :mod:`outlast.run.pool`)."""
     low = _number("WORKER_POLL_MIN", 0.05, 0.001)
     high = _number("WORKER_POLL_MAX", 2.0, 0.001)
     if high < low:
