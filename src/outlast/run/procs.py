@@ -95,12 +95,69 @@ def kill_leftovers(pid: int, started_at: datetime | None, grace: float = 0.5) ->
     return False
 
 
-def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only)."""
+def become_subreaper() -> None:
+    """Make this process the child subreaper of its descendants (Linux): an orphaned
+    descendant (``setsid`` and a double fork included) is re-parented here, not to init, so
+    it can still be found, signaled and reaped."""
+    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+
+
+def descendants(skip_group: int | None = None) -> list[psutil.Process]:
+    """This process's live descendants, except those in process group ``skip_group``."""
+    try:
+        found = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+    out = []
+    for proc in found:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if skip_group is not None and os.getpgid(proc.pid) == skip_group:
+                continue
+        except (psutil.Error, ProcessLookupError):
+            continue
+        out.append(proc)
+    return out
+
+
+def signal_descendants(sig: int, skip_group: int | None = None) -> None:
+    """Send ``sig`` to every live descendant (outside group ``skip_group``, which its caller
+    signals as a whole)."""
+    for proc in descendants(skip_group):
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            proc.send_signal(sig)
+
+
+def reap_adopted(skip: int | None, wait: float = 0.0) -> None:
+    """Reap the exited children of this process other than ``skip`` (a leader its Popen
+    reaps): orphans adopted as subreaper would stay zombies otherwise. With ``wait``, keep
+    at it that long while some are still running."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return  # no children at all
+        if info is None or info.si_pid == skip or info.si_pid == 0:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
+            continue
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(info.si_pid, 0)
+
+
+def _prctl(option: int, value: int) -> None:
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
+        libc.prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         pass
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only)."""
+    _prctl(1, int(sig))  # PR_SET_PDEATHSIG

@@ -3,6 +3,7 @@ process in a new session, stdio to the job's log; and the run context of a comma
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -64,6 +65,12 @@ def load_context(store: Store, job_id: str) -> tuple[str | None, dict[str, str] 
         isinstance(k, str) and isinstance(v, str) for k, v in env.items()
     )
     return (cwd if isinstance(cwd, str) else None), (env if ok_env else None)
+
+
+def forget_context(store: Store, job_id: str) -> None:
+    """Remove a finished command's saved environment (it may hold secrets)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(context_path(store, job_id))
 
 
 def spawn_supervisor(store: Store, job_id: str) -> int:

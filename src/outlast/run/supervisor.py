@@ -3,17 +3,24 @@
 Started by ``outlast run`` in a new session (no terminal), it holds the job's worker lock for
 its whole life, runs the command in its own process group with ``OUTLAST_JOB_ID`` and
 ``OUTLAST_STORE`` set, copies its output into the job's log, records the exit status, and
-retries while attempts are left (the job stays bound to this supervisor meanwhile, so the
-supervisor's death is seen as abandonment).
+retries with backoff while attempts are left (the job stays bound to this supervisor
+meanwhile, so the supervisor's death is seen as abandonment).
 
 It watches its own job through the store's notification: when the job is canceled (or deleted,
-or taken from it), the command's group gets SIGTERM and, after the grace period, SIGKILL.
+or taken from it), the command gets SIGTERM and, after the grace period, SIGKILL. The
+supervisor is the *child subreaper* of everything the command starts, so a descendant that
+leaves the process group (``setsid``, a double fork) comes back to it when orphaned: the
+signals go to the group and to every descendant, and when the command ends whatever it left
+running is stopped too. A command that cannot run (not found, not executable) fails at once,
+not retried; one that could not be started for a passing reason (no processes or memory left)
+is retried like a failure.
 
 Run as ``python -m outlast.run.supervisor STORE_URL JOB_ID``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
@@ -31,14 +38,52 @@ from outlast.store import Store, Task, open_store, wait_until_due
 
 #: Seconds between SIGTERM and SIGKILL for a job that does not say (``JobState.grace``).
 DEFAULT_GRACE = 10.0
+#: Seconds what a finished command left running gets between SIGTERM and SIGKILL.
+LEFTOVER_GRACE = 2.0
+#: ``exec`` errors that no retry can cure: the command is not there or cannot be run.
+FINAL_ERRNOS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR}
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class _Stop(Exception):
     """The supervisor itself was asked to stop (SIGTERM/SIGINT/SIGHUP)."""
 
 
-def _raise_stop(signum: int, frame: Any) -> None:
-    raise _Stop(signal.Signals(signum).name)
+class _Signals:
+    """Turns a stop signal into :class:`_Stop`, except while the command is being started:
+    then it is held until the command's PID is known, so nothing is left unobserved."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.pending: int | None = None
+
+    def handler(self, signum: int, frame: Any) -> None:
+        if self.held:
+            self.pending = signum
+            return
+        raise _Stop(signal.Signals(signum).name)
+
+    def hold(self) -> None:
+        self.held = True
+
+    def release(self) -> None:
+        self.held = False
+        if self.pending is not None:
+            signum, self.pending = self.pending, None
+            raise _Stop(signal.Signals(signum).name)
+
+
+SIGNALS = _Signals()
+
+
+class CannotStart(Exception):
+    """The command could not be started; ``final`` when no retry can help."""
+
+    def __init__(self, exc: OSError, command: list[str]) -> None:
+        self.final = exc.errno in FINAL_ERRNOS
+        what = exc.filename if isinstance(exc.filename, str) else (command or ["?"])[0]
+        reason = exc.strerror or str(exc)
+        super().__init__(f"cannot start the command: {what}: {reason}")
 
 
 def grace_of(state: JobState) -> float:
@@ -68,30 +113,47 @@ class Run:
         bindir = os.path.dirname(sys.executable)
         env["PATH"] = os.pathsep.join([bindir, env.get("PATH", os.defpath)])
         read_end, write_end = os.pipe()
+        SIGNALS.hold()  # a stop now is acted on once the command's PID is recorded
         try:
-            self.proc = subprocess.Popen(
-                state.command or [],
-                stdin=subprocess.DEVNULL,
-                stdout=write_end,
-                stderr=write_end,
-                env=env,
-                cwd=cwd,
-                process_group=0,
-                close_fds=True,
-            )
+            try:
+                self.proc = subprocess.Popen(
+                    state.command or [],
+                    stdin=subprocess.DEVNULL,
+                    stdout=write_end,
+                    stderr=write_end,
+                    env=env,
+                    cwd=cwd,
+                    process_group=0,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                os.close(read_end)
+                raise CannotStart(exc, list(state.command or [])) from exc
+            finally:
+                os.close(write_end)
+            self.pipe: int | None = read_end
+            self.pidfd: int | None = None
+            self.kill_at: float | None = None  # set once the command got SIGTERM
+            self.stopped = False
+            try:
+                self.pidfd = os.pidfd_open(self.proc.pid)
+                task.set_pid(self.proc.pid, procs.start_time(self.proc.pid))
+            except BaseException:
+                self.cleanup()
+                raise
         finally:
-            os.close(write_end)
-        self.pipe: int | None = read_end
-        self.pidfd: int | None = os.pidfd_open(self.proc.pid)
-        task.set_pid(self.proc.pid, procs.start_time(self.proc.pid))
-        self.kill_at: float | None = None  # set once the group got SIGTERM
-        self.stopped = False
+            SIGNALS.release()
+
+    def _signal_all(self, sig: int) -> None:
+        """``sig`` to the command's group and to every other descendant of this process."""
+        procs.signal_group(self.proc.pid, sig)
+        procs.signal_descendants(sig, skip_group=self.proc.pid)
 
     def stop(self) -> None:
-        """SIGTERM the group now, SIGKILL it once the grace period is over."""
+        """SIGTERM the command (and all it started) now, SIGKILL once the grace is over."""
         if not self.stopped:
             self.stopped = True
-            procs.signal_group(self.proc.pid, signal.SIGTERM)
+            self._signal_all(signal.SIGTERM)
             self.kill_at = time.monotonic() + self.grace
 
     def _still_ours(self) -> bool:
@@ -116,43 +178,87 @@ class Run:
             if not self._still_ours():
                 self.stop()
             while self.pidfd is not None or self.pipe is not None:
-                lock_fd = self.store.lock_fileno()
-                fds = [
-                    fd
-                    for fd in (self.pipe, self.pidfd, listener.fileno(), lock_fd)
-                    if fd is not None
-                ]
-                timeout = (
-                    None if self.kill_at is None else max(0.0, self.kill_at - time.monotonic())
-                )
-                if self.pidfd is None:  # leader gone: give its group a moment, then end it
-                    timeout = 0.2 if timeout is None else min(timeout, 0.2)
-                ready, _, _ = select.select(fds, [], [], timeout)
-                if self.pipe is not None and self.pipe in ready:
-                    self._read_pipe()
-                if self.pidfd is not None and self.pidfd in ready:
-                    self.proc.wait()
-                    os.close(self.pidfd)
-                    self.pidfd = None
-                if listener.fileno() in ready:
-                    listener.drain()
-                    if not self.stopped and not self._still_ours():
-                        self.stop()
-                if lock_fd is not None and lock_fd in ready:
-                    self.store.check_locks()
-                    if not self.task.lock_alive():
-                        self.stop()  # the lock was taken away: someone may run the job now
-                if not ready and self.pidfd is None and self.kill_at is None:
-                    self.stop()  # leftovers of a finished command: the job is over
-                if self.kill_at is not None and time.monotonic() >= self.kill_at:
-                    procs.signal_group(self.proc.pid, signal.SIGKILL)
-                    self.kill_at = time.monotonic() + 1.0
+                self._step(listener)
+        self._end_leftovers()
         return self.proc.returncode if self.proc.returncode is not None else -signal.SIGKILL
 
+    def _step(self, listener: Any) -> None:
+        lock_fd = self.store.lock_fileno()
+        fds = [fd for fd in (self.pipe, self.pidfd, listener.fileno(), lock_fd) if fd is not None]
+        timeout = None if self.kill_at is None else max(0.0, self.kill_at - time.monotonic())
+        if self.pidfd is None:  # the command is gone: give what it left a moment, then end it
+            timeout = 0.2 if timeout is None else min(timeout, 0.2)
+        ready, _, _ = select.select(fds, [], [], timeout)
+        if self.pipe is not None and self.pipe in ready:
+            self._read_pipe()
+        if self.pidfd is not None and self.pidfd in ready:
+            self.proc.wait()
+            os.close(self.pidfd)
+            self.pidfd = None
+        procs.reap_adopted(skip=self.proc.pid)
+        if listener.fileno() in ready:
+            listener.drain()
+            if not self.stopped and not self._still_ours():
+                self.stop()
+        if lock_fd is not None and lock_fd in ready:
+            self.store.check_locks()
+            if not self.task.lock_alive():
+                self.stop()  # the lock was taken away: someone may run the job now
+        if not ready and self.pidfd is None and self.kill_at is None:
+            self.stop()  # leftovers of a finished command still hold its output: end them
+        if self.kill_at is not None and time.monotonic() >= self.kill_at:
+            self._signal_all(signal.SIGKILL)
+            self.kill_at = time.monotonic() + 1.0
+
+    def _end_leftovers(self) -> None:
+        """The command is over: stop whatever it left running (its group, and descendants
+        that left the group and came back to this subreaper), and reap them."""
+        if procs.group_alive(self.proc.pid) or procs.descendants(skip_group=self.proc.pid):
+            self._signal_all(signal.SIGTERM)
+            deadline = time.monotonic() + min(self.grace, LEFTOVER_GRACE)
+            while time.monotonic() < deadline and (
+                procs.group_alive(self.proc.pid) or procs.descendants(skip_group=self.proc.pid)
+            ):
+                procs.reap_adopted(skip=self.proc.pid)
+                time.sleep(0.02)
+            self._signal_all(signal.SIGKILL)
+        procs.reap_adopted(skip=self.proc.pid, wait=1.0)
+
     def cleanup(self) -> None:
-        """On an unexpected exit of the supervisor: leave nothing of the group running."""
+        """On an unexpected exit of the supervisor: leave nothing of the command running."""
         if procs.group_alive(self.proc.pid):
             procs.terminate_group(self.proc.pid, min(self.grace, 2.0))
+        procs.signal_descendants(signal.SIGKILL, skip_group=None)
+        procs.reap_adopted(skip=None, wait=1.0)
+
+
+def _attempt(store: Store, task: Task, state: JobState, log: LogWriter) -> Status | None:
+    """Run one attempt and record it; returns the job's status after, None to stop here."""
+    job_id = state.id
+    run = None
+    try:
+        run = Run(store, task, state, log)
+        code = run.wait()
+    except CannotStart as exc:
+        error = ErrorInfo("error", str(exc), type="CannotStart")
+        if exc.final:
+            error = ErrorInfo(
+                "error", str(exc), hint="check the command and its PATH", type="CannotStart"
+            )
+        return task.fail(error, retry=not exc.final, keep_worker=True).status
+    except BaseException:
+        if run is not None:
+            run.cleanup()
+        raise
+    if run.stopped and code != 0 and task.state().terminal:
+        return None  # canceled: the state already says so
+    if code == 0:
+        task.succeed({"exit_code": 0})
+        return Status.SUCCEEDED
+    error = ErrorInfo(
+        "error", describe_exit(code), hint=f"see `outlast logs {job_id}`", type="ExitStatus"
+    )
+    return task.fail(error, keep_worker=True).status
 
 
 def supervise(store: Store, job_id: str) -> int:
@@ -162,38 +268,38 @@ def supervise(store: Store, job_id: str) -> int:
         task.hold_worker_lock()
     except WorkerLockHeld:
         return 0  # another supervisor already runs it
+    procs.become_subreaper()
     try:
         log = LogWriter(store.log_path(job_id))
     except (OutlastError, OSError) as exc:
         if task.start():
             task.fail(ErrorInfo("error", f"cannot open the job's log: {exc}"), retry=False)
         return 1
-    while True:
-        state = wait_until_due(store, job_id)
-        if state is None or not task.start():
-            return 0
-        run = None
-        try:
-            run = Run(store, task, state, log)
-            code = run.wait()
-        except OSError as exc:  # the command could not be started
-            task.fail(ErrorInfo("error", f"cannot start the command: {exc}", type="OSError"))
-            return 0
-        except BaseException:
-            if run is not None:
-                run.cleanup()
-            raise
-        if run.stopped and code != 0 and task.state().terminal:
-            return 0  # canceled: the state already says so
-        if code == 0:
-            task.succeed({"exit_code": 0})
-            return 0
-        error = ErrorInfo(
-            "error", describe_exit(code), hint=f"see `outlast logs {job_id}`", type="ExitStatus"
-        )
-        after = task.fail(error, keep_worker=True)
-        if after.status != Status.PENDING:
-            return 0
+    try:
+        while True:
+            state = wait_until_due(store, job_id)
+            if state is None or not task.start():
+                return 0
+            if _attempt(store, task, state, log) != Status.PENDING:
+                return 0
+    finally:
+        log.close()
+        _forget_context(store, job_id)
+
+
+def _forget_context(store: Store, job_id: str) -> None:
+    """Once the job is over, its saved environment (which may hold secrets) is not kept; a
+    job that is not over keeps it for the supervisor that retries it."""
+    try:
+        if not store.get(job_id).terminal:
+            return
+    except JobNotFound:
+        pass
+    except OutlastError:
+        return
+    from outlast.run.spawn import forget_context
+
+    forget_context(store, job_id)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m outlast.run.supervisor STORE_URL JOB_ID", file=sys.stderr)
         return 2
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _raise_stop)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, SIGNALS.handler)
     try:
         with open_store(args[0]) as store:
             return supervise(store, args[1])
