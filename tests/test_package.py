@@ -78,6 +78,7 @@ def test_status_fast_path_imports_nothing_heavy(tmp_path: Path) -> None:
 
 
 def test_full_cli_loads_no_server_or_driver(tmp_path: Path) -> None:
+    open_store(f"sqlite://{tmp_path}/s.db").close()  # `ls` reads a store; it creates none
     env = dict(os.environ, OUTLAST_STORE=f"sqlite://{tmp_path}/s.db")
     loaded = _imported_modules(["ls"], env)
     assert "click" in loaded

@@ -3,13 +3,15 @@ nothing written to the store."""
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import Outlast, error_lines
+from tests.cli.helpers import OUTLAST, Outlast, error_lines
 
 UNKNOWN = "0123456789abcdef0123"  # well-formed, in no store
 
@@ -190,3 +192,75 @@ def test_a_store_that_fails_exits_5_and_a_users_error_2(cli: Outlast, jobs: Jobs
     result = cli("status", corrupt.id)
     _assert_one_line_error(result)
     assert result.code == 5 and "corrupt" in result.err, result
+
+
+@pytest.mark.timeout(60)
+def test_commands_that_only_read_never_create_a_store(cli: Outlast, tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "deeper" / "jobs.db"
+    for url in (f"sqlite://{missing}", f"files://{tmp_path / 'nope' / 'dir'}"):
+        for argv in (
+            ["ls"],
+            ["status", UNKNOWN],
+            ["status", UNKNOWN, "--json"],
+            ["wait", UNKNOWN],
+            ["logs", UNKNOWN],
+            ["cancel", UNKNOWN],
+        ):
+            result = cli(*argv, "--store", url, timeout=15)
+            _assert_one_line_error(result)
+            assert result.code == 2 and "nothing was created" in result.err, result
+    assert not (tmp_path / "nope").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_read_only_command_creates_no_postgresql_schema(cli: Outlast) -> None:
+    from tests.pg import support
+
+    if not support.available():
+        pytest.skip("no PostgreSQL server here")
+    schema = f"never_{os.getpid()}"
+    result = cli("ls", "--store", f"{support.BASE_URL}?schema={schema}", timeout=30)
+    _assert_one_line_error(result)
+    assert result.code == 2 and f"schema {schema}" in result.err, result
+    with support.connect() as conn:
+        row = conn.execute(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)
+        ).fetchone()
+    assert row is None, "the schema was created"
+
+
+@pytest.mark.timeout(60)
+def test_the_sqlalchemy_spelling_is_the_same_store_and_takes_the_fast_path(
+    cli: Outlast,
+) -> None:
+    job = cli.store.create(command=["true"], name="same")
+    path = cli.url[len("sqlite://") :]
+    four = f"sqlite:///{path}"  # sqlite:////abs/s.db
+    assert cli("status", job.id, "--json", "--store", four).json()["name"] == "same"
+    fast = cli.python(
+        "import sys, runpy; sys.argv = ['outlast', 'status', sys.argv[1], '--store', sys.argv[2]];"
+        " runpy.run_module('outlast', run_name='__main__')",
+        job.id,
+        four,
+        env={"PYTHONPROFILEIMPORTTIME": "1"},
+    )
+    assert fast.code == 0, fast
+    assert "click" not in fast.err, "the full CLI answered instead of the fast path"
+    assert f"//{path}" not in cli("ls", "--store", four).err
+
+
+@pytest.mark.timeout(60)
+def test_folders_made_for_a_store_are_private_whatever_the_umask(
+    cli: Outlast, tmp_path: Path
+) -> None:
+    db = tmp_path / "a" / "b" / "s.db"
+    result = cli.python(
+        "import os, sys, subprocess; os.umask(0);"
+        " sys.exit(subprocess.run([sys.argv[1], 'run', '--store', sys.argv[2], '--', 'true'],"
+        " capture_output=True).returncode)",
+        OUTLAST,
+        f"sqlite://{db}",
+    )
+    assert result.code == 0, result
+    for folder in (tmp_path / "a", tmp_path / "a" / "b", Path(f"{db}.d")):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder

@@ -43,8 +43,10 @@ def json_option(fn: F) -> F:
     )
 
 
-def _open(url: str | None) -> Store:
-    return open_store(url or None)
+def _open(url: str | None, create: bool = False) -> Store:
+    """The store a verb works on. Only the verbs that create jobs (run, submit, spawn) create
+    a store that is not there yet; for the others a missing store is an error naming it."""
+    return open_store(url or None, create=create)
 
 
 def _print_job(state: JobState, as_json: bool) -> None:
@@ -167,7 +169,7 @@ def run(
     parsed = parse_labels(labels)
     from outlast.run.api import run_command
 
-    with _open(store_url) as store:
+    with _open(store_url, create=True) as store:
         task = run_command(
             list(command),
             name=name,
@@ -465,7 +467,7 @@ def _create_job(
         raise click.UsageError("--payload is for pipelines; a function takes --args/--kwargs")
     if detach and queue is not None:
         raise click.UsageError("a spawned job runs in its own worker: no --queue")
-    with _open(store_url) as store:
+    with _open(store_url, create=True) as store:
         if detach:
             task = spawn_job(store, spec, args, kwargs, labels=parsed_labels, payload=payload)
         else:

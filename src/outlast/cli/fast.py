@@ -47,8 +47,10 @@ def _parse(argv: list[str]) -> tuple[str, bool, str | None] | None:
 
 
 def _read(url: str, job_id: str) -> dict[str, Any] | None:
-    scheme, _, path = url.partition("://")
-    if scheme == "sqlite" and path.startswith("/"):
+    from outlast.paths import normalize_store_url
+
+    scheme, path = normalize_store_url(url)  # a bad URL raises: the full path says why
+    if scheme == "sqlite":
         import sqlite3
 
         if not os.path.exists(path):
@@ -59,7 +61,7 @@ def _read(url: str, job_id: str) -> dict[str, Any] | None:
         finally:
             conn.close()
         raw = row[0] if row else None
-    elif scheme == "files" and path.startswith("/"):
+    elif scheme == "files":
         try:
             with open(os.path.join(path, f"{job_id}.json"), "rb") as handle:
                 raw = handle.read()

@@ -6,6 +6,8 @@ URLs: ``sqlite:///abs/path.db``, ``files:///abs/dir``, ``postgresql://…``. Wit
 
 from __future__ import annotations
 
+import os
+
 from outlast import config, paths
 from outlast.errors import InvalidInput
 from outlast.store.base import (
@@ -46,33 +48,31 @@ def default_url() -> str:
     return paths.default_store_url()
 
 
-def open_store(url: str | None = None) -> Store:
-    """Open the store at ``url`` (or ``$OUTLAST_STORE``, or the default SQLite file)."""
-    url = url or config.store_url() or default_url()
-    if not isinstance(url, str):
-        raise InvalidInput(f"a store URL must be a string, not {type(url).__name__}")
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        raise InvalidInput(
-            f"not a store URL: {url!r}; use sqlite:///abs/path.db, files:///abs/dir "
-            "or postgresql://host/db"
-        )
-    if scheme in ("sqlite", "files"):
-        if not rest.startswith("/") or "\0" in rest:
-            raise InvalidInput(f"{scheme} store URLs take an absolute path: {scheme}:///abs/path")
-        if scheme == "sqlite":
-            from outlast.store.sqlite import SQLiteStore
+def open_store(url: str | None = None, *, create: bool = True) -> Store:
+    """Open the store at ``url`` (or ``$OUTLAST_STORE``, or the default SQLite file).
 
-            return SQLiteStore(rest)
+    ``create=False`` is for callers that only read (``outlast status``, ``ls``, ``wait``,
+    ``logs``): a local store that does not exist is then an error naming its path, and
+    nothing is created.
+    """
+    scheme, where = paths.normalize_store_url(url or config.store_url() or default_url())
+    if scheme in ("sqlite", "files") and not create and not os.path.exists(where):
+        raise InvalidInput(
+            f"no {scheme} store at {where} (nothing was created); check --store or "
+            "$OUTLAST_STORE"
+        )
+    if scheme == "sqlite":
+        from outlast.store.sqlite import SQLiteStore
+
+        return SQLiteStore(where)
+    if scheme == "files":
         from outlast.store.files import FilesStore
 
-        return FilesStore(rest)
-    if scheme in ("postgresql", "postgres"):
-        try:
-            from outlast.store.postgresql import PostgresStore
-        except ImportError as exc:
-            raise InvalidInput(
-                f"the PostgreSQL store is not available ({exc}); pip install 'outlast[postgres]'"
-            ) from exc
-        return PostgresStore(url)
-    raise InvalidInput(f"unknown store scheme {scheme!r}; use sqlite, files or postgresql")
+        return FilesStore(where)
+    try:
+        from outlast.store.postgresql import PostgresStore
+    except ImportError as exc:
+        raise InvalidInput(
+            f"the PostgreSQL store is not available ({exc}); pip install 'outlast[postgres]'"
+        ) from exc
+    return PostgresStore(where, create=create)

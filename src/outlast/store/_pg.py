@@ -172,6 +172,12 @@ def _int4(value: int) -> int:
 Migration = Callable[[Conn], None]
 
 
+def exists(conn: Conn, schema: str) -> bool:
+    """Whether ``schema`` holds a store (its version table)."""
+    row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".schema_version',)).fetchone()
+    return row is not None and row[0] is not None
+
+
 def migrate(conn: Conn, schema: str, migrations: Sequence[Sequence[str | Migration]]) -> None:
     """Bring the schema to the latest version, one migration per transaction, serialised by
     a transaction-level advisory lock (so concurrent openers wait, then find it done). A

@@ -44,14 +44,23 @@ def decode_listing(rows: Iterable[tuple[str, bytes | str | None]]) -> list[JobSt
     return states
 
 
-def make_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) 0700; warn when an existing one is open to others."""
+def make_private_dir(path: Path, warn: bool = True) -> Path:
+    """Create ``path`` and any missing parents 0700 (whatever the umask allows more);
+    with ``warn``, say so when the folder is open to others. A folder the store does not
+    own (the one a SQLite file sits in, which may be ``/tmp``) is created, never judged."""
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        missing = []
+        level = path
+        while not level.exists():
+            missing.append(level)
+            level = level.parent
+        for folder in reversed(missing):
+            with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+                folder.mkdir(mode=0o700)
         mode = stat.S_IMODE(path.stat().st_mode)
     except OSError as exc:
         raise StoreError(f"cannot create the store folder {path}: {exc}") from exc
-    if mode & 0o077:
+    if warn and mode & 0o077:
         log.warning(
             "store folder %s is readable by others (mode %o); job payloads, results and logs "
             "can hold secrets: chmod 700 it",

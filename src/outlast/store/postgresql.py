@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from outlast import paths
+from outlast.errors import InvalidInput
 from outlast.model import JobState, Kind
 from outlast.store import _pg
 from outlast.store._pg import Conn
@@ -160,7 +161,8 @@ class _Tx:
 class PostgresStore(AdvisoryLocks, SqlStore):
     capabilities = Capabilities(pushes_notifications=True, spans_hosts=True, local_logs=False)
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, create: bool = True) -> None:
+        """``create=False``: a schema that holds no store is an error, not created."""
         self.url = url
         self.schema, conninfo, self._where = _pg.parse_url(url)
         self.dialect = dialect(self.schema)
@@ -171,6 +173,11 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         _pg.on_fork(self)
         try:
             with self._session("open") as conn:
+                if not create and not _pg.exists(conn, self.schema):
+                    raise InvalidInput(
+                        f"no postgresql store in schema {self.schema} at {self._where} "
+                        "(nothing was created); check --store or $OUTLAST_STORE"
+                    )
                 _pg.migrate(conn, self.schema, migrations(self.schema))
         except BaseException:
             self.close()

@@ -110,7 +110,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).absolute()
         self.url = f"sqlite://{self.path}"
-        make_private_dir(self.path.parent)
+        make_private_dir(self.path.parent, warn=False)  # the user's folder, not ours
         self.parts = _local.LocalParts(Path(paths.sqlite_side_dir(str(self.path))))
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []  # every thread's, for close()
