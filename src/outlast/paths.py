@@ -46,8 +46,7 @@ def normalize_store_url(url: object) -> tuple[str, str]:
     if scheme in ("sqlite", "files"):
         if not rest.startswith("/") or "\0" in rest:
             _invalid(
-                f"{scheme} store URLs take an absolute path ({scheme}:///abs/path), "
-                f"not {rest!r}"
+                f"{scheme} store URLs take an absolute path ({scheme}:///abs/path), not {rest!r}"
             )
         path = os.path.normpath("/" + rest.lstrip("/"))
         return scheme, path

@@ -58,8 +58,7 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     scheme, where = paths.normalize_store_url(url or config.store_url() or default_url())
     if scheme in ("sqlite", "files") and not create and not os.path.exists(where):
         raise InvalidInput(
-            f"no {scheme} store at {where} (nothing was created); check --store or "
-            "$OUTLAST_STORE"
+            f"no {scheme} store at {where} (nothing was created); check --store or $OUTLAST_STORE"
         )
     if scheme == "sqlite":
         from outlast.store.sqlite import SQLiteStore
