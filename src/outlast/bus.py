@@ -190,7 +190,7 @@ class _Hub:
         self.changed.set()
         self.changed = asyncio.Event()
 
-    def _read(self, woken: bool) -> tuple[int, bool, list[ProgressEvent]]:
+    def _read(self) -> tuple[int, bool, list[ProgressEvent]]:
         """In a thread: the follower's next read, as ``(position it read after, done, new
         events)``. The first read starts from the first subscriber's position if event
         ``after`` exists (a position past the job's end would leave the window beyond it for
@@ -202,7 +202,7 @@ class _Hub:
                 follower.after = 0
         start = follower.after
         try:
-            _, events = follower.read(woken)
+            _, events = follower.read()
         except JobNotFound:
             if not self.ready:
                 raise
@@ -214,9 +214,8 @@ class _Hub:
         watch: AsyncListener | None = None
         try:
             watch = await alisten(self.bus.store, [self.job_id])
-            woken = True
             while True:
-                start, done, events = await loop.run_in_executor(None, self._read, woken)
+                start, done, events = await loop.run_in_executor(None, self._read)
                 if start != self.last:  # the first subscriber started past the end
                     self.base = self.last = start
                 if events:
@@ -232,7 +231,7 @@ class _Hub:
                 if done:
                     return
                 wait = self.follower.wait_for(None)
-                woken = await watch.wait(self.bus.recheck_every if wait is None else wait)
+                await watch.wait(self.bus.recheck_every if wait is None else wait)
         except Exception as exc:
             self.error = exc
             self.done = self.ready = True

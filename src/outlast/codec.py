@@ -93,18 +93,25 @@ def decode(job_id: str, raw: bytes | str | None) -> JobState:
 
 
 #: What the first shape of the document (outlast 0.1.0's first sessions) kept in ``payload``,
-#: by kind: the system's own keys, moved to their typed fields by :func:`upgrade`.
+#: by kind: the system's own keys, moved to their typed fields by :func:`upgrade`. A pipeline's
+#: user could not use ``cleanup``, ``stages`` and ``finalize`` (refused then), but could use
+#: ``timeout`` and ``canceling``: see :func:`upgrade`.
 _LEGACY_KEYS = {
     Kind.COMMAND: ("grace",),
     Kind.FUNCTION: ("module", "args", "kwargs", "timeout"),
-    Kind.PIPELINE: ("module", "timeout", "cleanup", "stages", "finalize", "canceling"),
+    Kind.PIPELINE: ("module", "cleanup", "stages", "finalize"),
 }
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """A document of the first shape (no ``call`` field; the system's keys in ``payload``)
     in this version's shape: each system key leaves the payload for its typed field. Only
-    the keys that version wrote for the job's kind move; everything else stays the user's."""
+    the keys that version wrote for the job's kind move; everything else stays the user's.
+
+    A pipeline's ``timeout`` in the payload was both the user's (stage input) and, then, the
+    kill deadline: it is copied to the field and stays. Its ``canceling`` was the system's
+    only when true (a cancel in progress): only then does it move.
+    """
     payload = data.get("payload")
     try:
         kind = Kind(str(data.get("kind")))
@@ -114,26 +121,31 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
         return data
     payload = dict(payload)
     system = {key: payload.pop(key) for key in _LEGACY_KEYS[kind] if key in payload}
+    if kind == Kind.PIPELINE:
+        if "timeout" in payload:
+            system["timeout"] = payload["timeout"]
+        if payload.get("canceling") is True:
+            system["canceling"] = payload.pop("canceling")
     out = dict(data, payload=payload, call=None)
     for name in ("timeout", "grace"):
-        if isinstance(system.get(name), int | float) and not isinstance(system[name], bool):
-            out[name] = system[name]
+        value = system.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            out[name] = value
     if kind != Kind.COMMAND:
         module = system.get("module")
         args = system.get("args", []) if kind == Kind.FUNCTION else []
         kwargs = system.get("kwargs", {}) if kind == Kind.FUNCTION else {}
         out["call"] = Call(module if isinstance(module, str) else "", args, kwargs).to_dict()
     if kind == Kind.PIPELINE:
-        stages = system.get("stages") or {}
         final = system.get("finalize")
         out["pipeline"] = PipelineState.from_dict(
             {
                 "cleanup": system.get("cleanup") or [],
-                "stages": stages,
+                "stages": system.get("stages") or {},
                 "finalize": ErrorInfo.from_dict(final).to_dict() if final else None,
             }
         ).to_dict()
-        out["cancel_requested"] = bool(system.get("canceling"))
+        out["cancel_requested"] = system.get("canceling") is True
     return out
 
 

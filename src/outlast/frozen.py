@@ -7,7 +7,9 @@ refuse every mutation with a ``TypeError`` that says to copy first (:func:`thaw`
 
 They are subclasses of ``dict`` and ``list`` on purpose: they compare equal to plain ones,
 pass ``isinstance`` checks, print the same, and orjson and the standard library encode them
-as JSON without help. They pickle and copy as themselves.
+as JSON without help. They pickle and copy as themselves. (Python lets a determined caller
+write through the base class, ``dict.update(frozen, …)``, or a state's ``vars()``: that is
+not a use, it is a bypass, and nothing in outlast does it.)
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ def _refuse(*args: Any, **kwargs: Any) -> NoReturn:
 
 
 class FrozenDict(dict[str, Any]):
-    """A ``dict`` that cannot be changed (build it with :func:`freeze`)."""
+    """A ``dict`` that cannot be changed (made by :func:`freeze` or :func:`frozen_dict`;
+    calling the class, which would let ``__init__`` refill one, is refused too)."""
 
     __slots__ = ()
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
-    __ior__ = _refuse
+    __init__ = __setitem__ = __delitem__ = clear = pop = popitem = setdefault = _refuse
+    update = __ior__ = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (FrozenDict, (dict(self),))
+        return (frozen_dict, (dict(self),))
 
     def __copy__(self) -> FrozenDict:
         return self
@@ -39,15 +42,15 @@ class FrozenDict(dict[str, Any]):
 
 
 class FrozenList(list[Any]):
-    """A ``list`` that cannot be changed (build it with :func:`freeze`)."""
+    """A ``list`` that cannot be changed (made by :func:`freeze` or :func:`frozen_list`;
+    calling the class, which would let ``__init__`` refill one, is refused too)."""
 
     __slots__ = ()
-    __setitem__ = __delitem__ = append = extend = insert = pop = remove = _refuse
-    reverse = sort = clear = _refuse
-    __iadd__ = __imul__ = _refuse
+    __init__ = __setitem__ = __delitem__ = append = extend = insert = pop = remove = _refuse
+    reverse = sort = clear = __iadd__ = __imul__ = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (FrozenList, (list(self),))
+        return (frozen_list, (list(self),))
 
     def __copy__(self) -> FrozenList:
         return self
@@ -56,9 +59,23 @@ class FrozenList(list[Any]):
         return self
 
 
+def frozen_dict(items: Any = ()) -> FrozenDict:
+    """A :class:`FrozenDict` of ``items`` as they are (shallow: freeze the values first)."""
+    new: FrozenDict = dict.__new__(FrozenDict)
+    dict.update(new, items)
+    return new
+
+
+def frozen_list(items: Any = ()) -> FrozenList:
+    """A :class:`FrozenList` of ``items`` as they are (shallow: freeze the values first)."""
+    new: FrozenList = list.__new__(FrozenList)
+    list.extend(new, items)
+    return new
+
+
 _FROZEN = frozenset({FrozenDict, FrozenList, str, int, float, bool, type(None)})
-EMPTY_DICT = FrozenDict()
-EMPTY_LIST = FrozenList()
+EMPTY_DICT = frozen_dict()
+EMPTY_LIST = frozen_list()
 
 
 def freeze(value: Any) -> Any:
@@ -68,9 +85,9 @@ def freeze(value: Any) -> Any:
     if kind in _FROZEN:
         return value
     if kind is dict or isinstance(value, dict):
-        return FrozenDict({k: freeze(v) for k, v in value.items()}) if value else EMPTY_DICT
+        return frozen_dict({k: freeze(v) for k, v in value.items()}) if value else EMPTY_DICT
     if kind is list or isinstance(value, list | tuple):
-        return FrozenList([freeze(v) for v in value]) if value else EMPTY_LIST
+        return frozen_list([freeze(v) for v in value]) if value else EMPTY_LIST
     return value
 
 

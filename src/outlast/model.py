@@ -15,7 +15,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from outlast.errors import CorruptJob, InvalidTransition
-from outlast.frozen import EMPTY_DICT, EMPTY_LIST, FrozenDict, FrozenList, freeze, thaw
+from outlast.frozen import (
+    EMPTY_DICT,
+    EMPTY_LIST,
+    FrozenDict,
+    FrozenList,
+    freeze,
+    frozen_dict,
+    thaw,
+)
 
 JSON = Any
 """Any value that ``json.dumps`` accepts: dict, list, str, int, float, bool or None."""
@@ -125,6 +133,10 @@ class ErrorInfo:
     hint: str | None = None
     #: The exception type's qualified name for ``error``, else None.
     type: str | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.code) is not str:  # an ErrorCode member: the document holds plain text
+            _SET(self, "code", str(self.code))
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "hint": self.hint, "type": self.type}
@@ -258,7 +270,7 @@ class PipelineState:
     def __post_init__(self) -> None:
         _SET(self, "cleanup", tuple(self.cleanup))
         if type(self.stages) is not FrozenDict:
-            _SET(self, "stages", FrozenDict(self.stages))
+            _SET(self, "stages", frozen_dict(self.stages))
 
     @property
     def cleanup_pending(self) -> bool:

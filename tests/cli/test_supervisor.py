@@ -105,3 +105,37 @@ def test_the_saved_environment_is_removed_when_the_job_ends(cli: Outlast) -> Non
     retried = cli.start("sh", "-c", "exit 1", opts=["--attempts", "2"])
     assert cli.wait(retried, "--timeout", "30").code == 1
     until(lambda: not cli.log_path(retried).with_suffix(".ctx").exists(), 10, "it to go too")
+
+
+@pytest.mark.timeout(90)
+def test_a_wait_on_the_store_leaves_no_command_stranded(cli: Outlast) -> None:
+    """``Store.wait`` reconciles a job whose supervisor died. With the run layer loaded (as
+    here) that restarts the command's supervisor and kills what the dead one left; with the
+    store alone (another program), the job is left for the run layer, not made ``pending``
+    with nobody to run it."""
+    import signal
+    import subprocess
+    import sys
+
+    import outlast
+
+    task = outlast.run_command(["sleep", "30"], attempts=3, store=cli.store)
+    first = cli.running_with_pid(task.id)
+    os.kill(int(first["worker"].rpartition(":")[2]), signal.SIGKILL)
+    state = cli.store.wait(task.id, timeout=3)  # reconciled, restarted: running again
+    until(lambda: cli.store.get(task.id).attempts == 2 or None, 20, "the second attempt")
+    until(lambda: not alive(first["pid"]), 10, "the first attempt's command to be killed")
+    second = cli.running_with_pid(task.id)
+    assert second["pid"] != first["pid"], state
+    os.kill(int(second["worker"].rpartition(":")[2]), signal.SIGKILL)
+    code = (
+        "import sys; from outlast.store import open_store;"
+        " s = open_store(sys.argv[1]); print(s.wait(sys.argv[2], timeout=2).status)"
+    )
+    alone = subprocess.run(
+        [sys.executable, "-c", code, cli.url, task.id], capture_output=True, text=True, timeout=30
+    )
+    assert alone.stdout.strip() == "running", alone  # not stranded: left for the run layer
+    assert cli.status(task.id)["attempts"] in (2, 3)  # `outlast status` reconciles it
+    until(lambda: cli.store.get(task.id).attempts == 3 or None, 20, "the third attempt")
+    assert cli("cancel", task.id).code == 0

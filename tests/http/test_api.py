@@ -205,3 +205,23 @@ def test_the_dashboard_is_served(client: httpx.Client) -> None:
     assert client.get("/static/app.js").status_code == 200
     assert client.get("/static/style.css").status_code == 200
     assert "/jobs/{job_id}/events" in client.get("/openapi.json").json()["paths"]
+
+
+def test_a_corrupt_job_is_a_409_that_says_so_never_a_500(
+    client: httpx.Client, http_store: Store, http_store_url: str
+) -> None:
+    """Issue 12, item 10: a corrupt document answered 500."""
+    import sqlite3
+
+    task = http_store.create(kind="function", name="will-rot")
+    path = http_store_url[len("sqlite://") :]
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE jobs SET doc = ? WHERE id = ?", (b'{"id": "x"', task.id))
+    for call in (
+        lambda: client.get(f"/jobs/{task.id}"),
+        lambda: client.post(f"/jobs/{task.id}/cancel"),
+        lambda: client.get(f"/jobs/{task.id}/events"),
+    ):
+        detail = _error(call(), 409)
+        assert task.id in detail and "corrupt" in detail
+    assert client.delete(f"/jobs/{task.id}", params={"force": "true"}).status_code == 204

@@ -177,3 +177,94 @@ def test_the_maintainer_survives_a_failing_store(tmp_path: Path) -> None:
             assert maintainer.active
         finally:
             maintainer.stop()
+
+
+def test_a_busy_pool_does_not_spin_after_a_delayed_job_came_due(tmp_path: Path) -> None:
+    """Before: the due time of a delayed job stayed set once it passed, so a pool busy with
+    that job turned its loop hundreds of thousands of times a second."""
+    from datetime import timedelta
+
+    from outlast.model import utcnow
+    from outlast.run.api import create_job
+    from tests.pool import jobs_for_tests
+
+    with open_store(f"sqlite://{tmp_path}/s.db") as store:
+        pool = Pool(store, concurrency=1, imports=[jobs_for_tests.MODULE])
+        runner = threading.Thread(target=pool.run)
+        runner.start()
+        try:
+            until(lambda: pool.claims >= 1 or None, 30, "the first claim")
+            job = create_job(store, "pt.sleep", [2.0], {})
+            store.apply(
+                job.id,
+                lambda s: _delay(s, utcnow() + timedelta(seconds=0.5)),
+            )
+            until(lambda: store.get(job.id).status == Status.RUNNING or None, 30, "the start")
+            before = pool.loops
+            time.sleep(1.0)  # the job runs: the pool waits for it
+            turns = pool.loops - before
+            assert turns < 100, f"the pool turned its loop {turns} times in a second"
+            until(lambda: store.get(job.id).terminal or None, 30, "the end")
+        finally:
+            pool.stop()
+            runner.join(60)
+
+
+def _delay(state: Any, at: Any) -> Any:
+    from outlast.machine import Change
+
+    return Change(state.evolve(run_after=at), claimable=True)
+
+
+def test_one_job_that_cannot_be_reconciled_stops_neither_the_sweep_nor_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: an OSError restarting one job's worker ended the maintainer thread."""
+    from outlast.run import reap
+
+    url = f"sqlite://{tmp_path}/s.db"
+    with open_store(url) as store:
+        jobs = []
+        for _ in range(2):
+            job = store.create(kind="function", name="f", queue="nobody", max_attempts=1)
+            with procs.spawned(procs.hold_lock, url, job.id, True, False) as worker:
+                assert worker.recv()[0] == "ready"
+                worker.kill()
+            jobs.append(job.id)
+        real = reap.reconcile
+
+        def fails_for_the_first(store: Store, state: Any) -> Any:
+            if state.id == jobs[0]:
+                raise OSError("no processes left")
+            return real(store, state)
+
+        monkeypatch.setattr(reap, "reconcile", fails_for_the_first)
+        seen: list[bool] = []
+        abandoned = store.abandoned_jobs
+
+        def recording(thorough: bool = False) -> list[Any]:
+            seen.append(thorough)
+            return abandoned(thorough)
+
+        store.abandoned_jobs = recording  # type: ignore[method-assign]
+        maintainer = Maintainer(store, every=0.05).start()
+        try:
+            until(lambda: store.get(jobs[1]).status == Status.FAILED or None, 10, "job 2")
+            until(lambda: len(seen) >= 3 or None, 10, "more sweeps")
+            assert maintainer.active and maintainer._thread is not None
+            assert maintainer._thread.is_alive()
+            assert all(seen[:3]), "after a failed sweep every one looks at all live jobs"
+        finally:
+            maintainer.stop()
+        assert store.get(jobs[0]).status == Status.RUNNING  # left for the next sweep
+
+
+@pytest.mark.parametrize("thorough", [False, True])
+def test_the_files_store_lists_its_documents_only_in_a_thorough_sweep(
+    tmp_path: Path, thorough: bool
+) -> None:
+    with open_store(f"files://{tmp_path}/jobs") as store:
+        stale = tmp_path / "jobs" / "0123456789abcdef.worker.lock"
+        stale.write_bytes(b"")
+        assert store.abandoned_jobs(thorough) == []
+        assert stale.exists() != thorough

@@ -103,7 +103,12 @@ def test_a_document_of_the_first_shape_reads_with_typed_fields(
         assert state.call == Call("mod", [1, {"k": "v"}], {"n": 2})
         assert state.timeout == 5 and state.max_attempts == 3
     elif kind == "pipeline":
-        assert state.payload == {"status_file": "/tmp/s", "outputs": {"spawn": {"pid": 7}}}
+        # a pipeline's timeout was also stage input then: it stays, and is the deadline
+        assert state.payload == {
+            "status_file": "/tmp/s",
+            "outputs": {"spawn": {"pid": 7}},
+            "timeout": 30.0,
+        }
         assert state.call is not None and state.call.module == "pipes"
         assert state.timeout == 30.0 and state.cancel_requested is True
         assert state.pipeline == PipelineState(
@@ -115,6 +120,23 @@ def test_a_document_of_the_first_shape_reads_with_typed_fields(
     after = store.open(job.id).relabel("x", "y")
     raw = json.loads(codec.encode(after))
     assert "call" in raw and "module" not in raw["payload"] and "grace" not in raw["payload"]
+
+
+def test_a_first_shape_pipelines_own_keys_stay_its_own(
+    store: Store, store_url: str, adapter: Adapter
+) -> None:
+    """``canceling: false`` was the user's (the system only ever wrote true), and so is a
+    timeout in a pipeline's payload: neither is taken from it."""
+    write_raw = adapter.need("write_raw")
+    job = store.create(kind="pipeline", name="placeholder")
+    doc = json.loads(_first_shape_doc(job.id, "pipeline"))
+    doc["payload"] = {"canceling": False, "timeout": 5, "module": "pipes", "cleanup": []}
+    doc["status"] = "pending"
+    write_raw(store_url, job.id, json.dumps(doc).encode())
+    with open_store(store_url) as fresh:
+        state = fresh.get(job.id)
+    assert state.payload == {"canceling": False, "timeout": 5}
+    assert not state.cancel_requested and state.timeout == 5
 
 
 def test_a_users_payload_is_data_and_changes_nothing(store: Store) -> None:
@@ -304,3 +326,87 @@ def test_the_job_kind_of_a_new_state_is_checked(store: Store) -> None:
         store.create(kind=Kind.FUNCTION, name="f", timeout=-1)
     with pytest.raises(InvalidInput, match="grace"):
         store.create(kind=Kind.COMMAND, command=["x"], grace=float("nan"))
+
+
+def test_a_wait_on_a_due_job_nobody_claims_does_not_poll_the_store(store: Store) -> None:
+    """Before: once a pending job's run_after had passed, the follower waited 0 s and read
+    the store tens of thousands of times a second until a pool claimed the job."""
+    from datetime import timedelta
+
+    job = store.create(kind="function", name="f", run_after=utcnow() + timedelta(seconds=0.2))
+    reads = [0]
+    real = store.get
+
+    def counted(job_id: str) -> JobState:
+        reads[0] += 1
+        return real(job_id)
+
+    store.get = counted  # type: ignore[method-assign]
+    state = store.wait(job.id, timeout=1.5)
+    assert state.status == Status.PENDING
+    assert reads[0] < 20, f"{reads[0]} reads in 1.5 s"
+
+
+def test_a_busy_neighbour_does_not_keep_a_dead_worker_from_being_seen(
+    store: Store, store_url: str
+) -> None:
+    """Jobs share notification channels: before, every wake-up by another job's change
+    reset the quiet period, so a job whose worker died next to a busy one was never
+    reconciled."""
+    from outlast.store import notify
+
+    with _worker(store, store_url, attempts=1) as (job_id, worker):
+        channel = notify.job_channel(job_id)
+        neighbour = store.create(kind="function", name="n")
+        while notify.job_channel(neighbour.id) != channel:
+            neighbour = store.create(kind="function", name="n")
+        stop = threading.Event()
+
+        def chatter() -> None:
+            while not stop.wait(0.2):
+                store.open(neighbour.id).relabel("tick", str(time.monotonic()))
+
+        talker = threading.Thread(target=chatter)
+        talker.start()
+        try:
+            worker.kill()
+            state = store.wait(job_id, timeout=8)
+        finally:
+            stop.set()
+            talker.join()
+    assert state.status == Status.FAILED, state
+
+
+def test_a_transition_that_writes_to_the_store_is_refused(store: Store) -> None:
+    """Transitions are pure; one that writes (a nested transaction) is an error, not a
+    commit of the outer transaction half-way (PostgreSQL) with its numbering broken."""
+    from outlast.errors import StoreError
+
+    job = store.create(kind="function", name="f")
+    [claimed] = store.claim()
+    if store.url.startswith("files://"):
+        pytest.skip("the files store locks each job on its own: nothing nests")
+
+    def writes(state: JobState) -> Change | None:
+        store.open(job.id).report("inner", "progress")
+        return None
+
+    with pytest.raises(StoreError):
+        store.apply(job.id, writes)
+    claimed.report("after", "progress")
+    assert [e.seq for e in store.events(job.id)] == [1, 2]
+
+
+def test_frozen_containers_cannot_be_refilled_through_init() -> None:
+    from outlast.frozen import FrozenDict, FrozenList, freeze
+
+    frozen = freeze({"a": [1]})
+    for attempt in (
+        lambda: frozen.__init__({"b": 2}),
+        lambda: frozen["a"].__init__([9]),
+        lambda: FrozenDict({"a": 1}),
+        lambda: FrozenList([1]),
+    ):
+        with pytest.raises(TypeError, match="immutable"):
+            attempt()
+    assert frozen == {"a": [1]}

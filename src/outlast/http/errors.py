@@ -1,8 +1,9 @@
 """Every failure of a request becomes a JSON ``{"error", "detail"}`` with the right status.
 
-Outlast's own errors map by type (not found 404, bad input 400, conflicts 409, a failing store
-503); FastAPI's validation errors become 400 (malformed JSON) or 422 (wrong shape) with the
-offending fields named. Anything else is a bug: a 500 with no internals, logged here.
+Outlast's own errors map by type (not found 404, bad input 400, conflicts and a corrupt job
+409, a failing store 503); FastAPI's validation errors become 400 (malformed JSON) or 422
+(wrong shape) with the offending fields named. Anything else is a bug: a 500 with no
+internals, logged here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ STATUS: tuple[tuple[type[errors.OutlastError], int, str], ...] = (
     (errors.InvalidTransition, 409, "conflict"),
     (errors.WorkerLockHeld, 409, "conflict"),
     (errors.StoreError, 503, "store unavailable"),
-    (errors.CorruptJob, 500, "corrupt job"),
+    # the request was fine, the stored document is not: nothing to retry; the operator may
+    # remove it (DELETE /jobs/{id}?force=true)
+    (errors.CorruptJob, 409, "corrupt job"),
 )
 
 

@@ -10,13 +10,14 @@ Anything that is not JSON is refused here, before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from outlast import config
-from outlast.errors import InvalidInput, StoreError
+from outlast.errors import InvalidInput, OutlastError, StoreError
 from outlast.ids import DEDICATED
 from outlast.model import Call, ErrorInfo, Kind, PipelineState
 from outlast.run import registry
@@ -218,18 +219,27 @@ def run_command(
         raise InvalidInput("argv must be a list of strings: the command and its arguments")
     max_bytes()  # a bad $OUTLAST_LOG_MAX_BYTES is refused before anything is written
     store = store or default_store()
-    task = store.create(
-        kind=Kind.COMMAND,
-        command=list(argv),
-        name=name,
-        labels=labels,
-        max_attempts=attempts,
-        grace=grace,
-    )
-    context = (cwd or os.getcwd(), dict(os.environ if env is None else env))
+    env = dict(os.environ if env is None else env)
+    try:  # first, so that a full disk fails the call before anything is recorded
+        written = spawner.write_context(store, cwd or os.getcwd(), env)
+    except OSError as exc:
+        raise StoreError(f"cannot save the command's environment: {exc}") from exc
+    try:
+        task = store.create(
+            kind=Kind.COMMAND,
+            command=list(argv),
+            name=name,
+            labels=labels,
+            max_attempts=attempts,
+            grace=grace,
+        )
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(written)
+        raise
 
     def start() -> None:
-        spawner.save_context(store, task.id, *context)
+        spawner.adopt_context(store, written, task.id)
         spawner.spawn_supervisor(store, task.id)
 
     _start(task, start)
@@ -237,11 +247,18 @@ def run_command(
 
 
 def _start(task: Task, start: Callable[[], Any]) -> None:
-    """Start a new job's detached worker; if that fails (a full disk, no processes left), the
-    job fails at once, not retried, and the error says why, instead of waiting forever."""
+    """Start a new job's detached worker; if that fails (no processes left, a full disk),
+    the job fails at once, not retried, and the error says why, instead of waiting forever
+    (if even that cannot be written, the error says the job stays pending)."""
     try:
         start()
     except OSError as exc:
         error = ErrorInfo("error", f"cannot start the job's worker: {exc}", type="OSError")
-        task.fail(error, retry=False)
+        try:
+            task.fail(error, retry=False)
+        except OutlastError as also:
+            raise StoreError(
+                f"cannot start the worker of job {task.id} ({exc}), nor record that it "
+                f"failed ({also}): it stays pending; remove it with `outlast rm --force`"
+            ) from exc
         raise StoreError(f"cannot start the worker of job {task.id}: {exc}") from exc

@@ -20,7 +20,6 @@ import logging
 import threading
 import time
 
-from outlast.errors import OutlastError
 from outlast.run import reap
 from outlast.store import MaintenanceLock, Store
 
@@ -59,11 +58,18 @@ class Maintainer:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop maintaining and let the lock go. The interrupt is sent again until the thread
+        is gone: one sent just before a blocking wait for the lock began finds nothing to
+        interrupt."""
         self._stop.set()
-        if self._lock is not None:
-            self._lock.interrupt()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        while self._thread is not None and self._thread.is_alive():
+            if self._lock is not None:
+                self._lock.interrupt()
+            self._thread.join(0.1)
+            if time.monotonic() >= deadline:
+                log.warning("the store's maintainer did not stop within %.0f s", timeout)
+                return
 
     def _run(self) -> None:
         assert self._lock is not None
@@ -90,29 +96,32 @@ class Maintainer:
             thorough = now >= thorough_at
             if thorough:
                 thorough_at = now + self.thorough_every
-            self.sweep(thorough)
+            if not self.sweep(thorough):
+                thorough_at = 0.0  # what said a worker died may be spent: look at every job
             self.ready.set()
             self._stop.wait(self.every)
         self.active = False
         if not self._stop.is_set():
             log.warning("lost the store's maintenance lock; waiting to take it again")
 
-    def sweep(self, thorough: bool = False) -> int:
-        """Reconcile the jobs whose worker died; returns how many changed."""
+    def sweep(self, thorough: bool = False) -> bool:
+        """Reconcile the jobs whose worker died; False when something failed (the next
+        sweep then looks at every live job). One job that cannot be reconciled (the store
+        failed, its worker could not be restarted) never stops the others, nor the thread."""
         try:
             states = self.store.abandoned_jobs(thorough)
-        except OutlastError as exc:
+        except Exception as exc:
             log.warning("maintenance: cannot look for abandoned jobs: %s", exc)
-            return 0
-        changed = 0
+            return False
+        ok = True
         for state in states:
             try:
                 after = reap.reconcile(self.store, state)
-            except OutlastError as exc:
+            except Exception as exc:
                 log.warning("maintenance: cannot reconcile job %s: %s", state.id, exc)
+                ok = False
                 continue
-            if after is not state and after.status != state.status:
-                changed += 1
+            if after.status != state.status:
+                self.reconciled += 1
         self.sweeps += 1
-        self.reconciled += changed
-        return changed
+        return ok

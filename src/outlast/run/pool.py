@@ -137,8 +137,9 @@ class Pool:
         self.backlog: collections.deque[Task] = collections.deque()
         self.stopping = False
         self.processed = 0
-        #: Claims made, and times the pool found nothing to claim (for tests and benchmarks).
-        self.claims = self.empty_claims = 0
+        #: Claims made, times the pool found nothing to claim, and turns of its loop (for
+        #: tests and benchmarks: an idle or busy pool must not spin).
+        self.claims = self.empty_claims = self.loops = 0
         self._due_at: float | None = None  # when the earliest delayed job is due (monotonic)
         self._claim_due = True  # there may be a job to claim (see _fill)
         # stop() (a signal handler) writes here, so the loop never sleeps through a stop
@@ -423,6 +424,7 @@ class Pool:
         pushes = self.store.capabilities.pushes_notifications and listener.fileno() is not None
         backoff = self.poll_min
         while True:
+            self.loops += 1
             claimed = self._fill()
             busy = any(s.task is not None for s in self.slots)
             if not busy and self._unwritten:
@@ -460,8 +462,11 @@ class Pool:
         self._handle_ready(ready)
         self._handle_deadlines()
         now = time.monotonic()
-        if claimable or not ready or (self._due_at is not None and now >= self._due_at):
-            self._claim_due = True  # woken for a job, a delayed job's time, or a re-check
+        if self._due_at is not None and now >= self._due_at:
+            self._due_at = None  # spent: the next empty claim sets the next one
+            self._claim_due = True  # a delayed job's time
+        if claimable or not ready:
+            self._claim_due = True  # woken for a job, or the idle re-check
         if self._flush_at is not None and now >= self._flush_at:
             self._flush()
         if self._check_at is not None and now >= self._check_at:

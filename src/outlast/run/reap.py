@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from functools import partial
 
 from outlast.ids import DEDICATED
-from outlast.model import JobState, Kind, ProgressEvent, Status
-from outlast.store import Store, worker_name
+from outlast.model import ErrorInfo, JobState, Kind, ProgressEvent, Status
+from outlast.store import Store, use_reconciler, worker_name
 from outlast.store import follow as store_follow
 
 
@@ -37,10 +37,14 @@ def reconcile(store: Store, state: JobState) -> JobState:
     # (two reconcilers may both start one: the second finds the worker lock held and exits).
     from outlast.run import spawn  # not at import: `outlast ls` and `status` rarely need it
 
-    if after.kind == Kind.COMMAND:
-        spawn.spawn_supervisor(store, after.id)
-    elif after.queue == DEDICATED:
-        spawn.spawn_dedicated(store, after.id)
+    try:
+        if after.kind == Kind.COMMAND:
+            spawn.spawn_supervisor(store, after.id)
+        elif after.queue == DEDICATED:
+            spawn.spawn_dedicated(store, after.id)
+    except OSError as exc:  # nobody else would run it: say so on the job, not stranded
+        error = ErrorInfo("error", f"cannot restart the job's worker: {exc}", type="OSError")
+        return store.open(after.id).fail(error, retry=False)
     return after
 
 
@@ -87,3 +91,7 @@ def resume(store: Store, job_id: str, answer: object = None) -> JobState:
 
         spawn_dedicated(store, job_id)
     return state
+
+
+# Waits on the store (Store.wait, Store.watch) reconcile through this layer from now on.
+use_reconciler(lambda store: partial(reconcile, store))

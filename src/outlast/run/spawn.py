@@ -43,14 +43,27 @@ def context_path(store: Store, job_id: str) -> str:
     return str(store.log_path(job_id).with_suffix(".ctx"))
 
 
-def save_context(store: Store, job_id: str, cwd: str, env: dict[str, str]) -> None:
-    """Keep where and with what environment a command was started, for every attempt
-    (a retry may be started by whichever process reconciled the job). 0600: the environment
-    can hold secrets, so it is kept out of the job document."""
-    path = context_path(store, job_id)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump({"cwd": cwd, "env": env}, handle)
+def write_context(store: Store, cwd: str, env: dict[str, str]) -> str:
+    """Write where and with what environment a command is started, under a name of its own
+    (the job does not exist yet: a full disk fails here, before anything is recorded); give
+    it to the job with :func:`adopt_context`. 0600: the environment can hold secrets, so it
+    is kept out of the job document."""
+    path = context_path(store, f"new-{os.getpid()}-{os.urandom(6).hex()}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump({"cwd": cwd, "env": env}, handle)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    return path
+
+
+def adopt_context(store: Store, written: str, job_id: str) -> None:
+    """Make a context from :func:`write_context` the job's, for every attempt (a retry may
+    be started by whichever process reconciled the job). A rename: no space needed."""
+    os.replace(written, context_path(store, job_id))
 
 
 def load_context(store: Store, job_id: str) -> tuple[str | None, dict[str, str] | None]:

@@ -18,6 +18,7 @@ from outlast.store.base import (
     Reconciler,
     Store,
     Transition,
+    use_reconciler,
 )
 from outlast.store.common import parse_label, worker_name
 from outlast.store.follower import Follower, follow, wait_until_due
@@ -38,6 +39,7 @@ __all__ = [
     "follow",
     "open_store",
     "parse_label",
+    "use_reconciler",
     "wait_until_due",
     "worker_name",
 ]

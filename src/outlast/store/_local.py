@@ -125,22 +125,25 @@ class LocalParts:
             return False
         return self.liveness.held(paths.liveness_lock_name(worker))
 
-    def sweep_stale(self) -> int:
-        """Remove the lock files whose holder is gone (a worker, supervisor or pool that
-        died, or exited: these locks are never released by their holder); returns how many.
-        A free lock file is how a dead worker shows on a local store, so finding none means
-        nobody died since the last sweep, at the cost of a folder listing and a non-blocking
-        flock per live holder, without a query."""
+    def sweep_stale(self, job_locks: bool = False) -> int:
+        """Remove the lock files whose holder is gone; returns how many. Every process that
+        works on a job holds a liveness lock (pools, supervisors, dedicated workers) and never
+        releases it, so a free one is how a dead worker shows on a local store: finding none
+        means nobody died since the last sweep, at the cost of listing the liveness folder and
+        a non-blocking flock per live process, without a query. ``job_locks``: also remove the
+        per-job worker locks finished supervisors leave behind (the files store keeps them
+        among its documents, so that folder is listed only then)."""
         removed = 0
-        suffix = self.locks.suffix
-        with os.scandir(self.locks.directory) as entries:
-            job_locks = [
-                e.name[: len(e.name) - len(suffix)]
-                for e in entries
-                if e.name.endswith(suffix) and not e.name.startswith("@")
-            ]
-        for job_id in job_locks:
-            removed += self.locks.remove_if_free(job_id)
+        if job_locks:
+            suffix = self.locks.suffix
+            with os.scandir(self.locks.directory) as entries:
+                names = [
+                    e.name[: len(e.name) - len(suffix)]
+                    for e in entries
+                    if e.name.endswith(suffix) and not e.name.startswith("@")
+                ]
+            for job_id in names:
+                removed += self.locks.remove_if_free(job_id)
         with os.scandir(self.liveness.directory) as entries:
             alive = [e.name for e in entries if e.name.startswith("@") and e.name != MAINTENANCE]
         for name in alive:
@@ -191,7 +194,7 @@ class LocalStore(Store):
         whose worker is gone. The stale files are removed first: a missing lock is a free
         one, so nothing is missed."""
         try:
-            stale = self.parts.sweep_stale()
+            stale = self.parts.sweep_stale(job_locks=thorough)
         except OSError as exc:
             raise StoreError(f"cannot look at the store's locks: {exc}") from exc
         if not stale and not thorough:

@@ -44,6 +44,15 @@ Transition = Callable[[JobState], Change | None]
 #: Reconciles a job whose worker may be gone; returns its true state.
 Reconciler = Callable[[JobState], JobState]
 _LIVE_LOCK = threading.RLock()
+_reconcilers: list[Callable[[Store], Reconciler]] = []
+
+
+def use_reconciler(factory: Callable[[Store], Reconciler]) -> None:
+    """Have :meth:`Store.wait` and :meth:`Store.watch` reconcile through ``factory(store)``
+    by default. The run layer registers its own when it is loaded (it also kills what a dead
+    command left running and restarts the worker of a retry); the store alone can only
+    finish the jobs that pools run."""
+    _reconcilers[:] = [factory]
 
 
 @dataclass(frozen=True)
@@ -241,7 +250,8 @@ class Store(abc.ABC):
         """:meth:`apply` for several jobs, in order (the same job may come back: it sees its
         earlier change). Each change is atomic; adapters write them in one transaction (a pool
         recording the outcomes of many jobs at once). A job that cannot be read (deleted,
-        corrupt) is skipped with a warning, so one bad job never loses the others."""
+        corrupt) is skipped with a warning, so one bad job never loses the others: its item
+        has no result (the results are those of the jobs that were there, in order)."""
         for job_id, _ in items:
             check_id(job_id)
         return self._apply_many(items)
@@ -338,13 +348,14 @@ class Store(abc.ABC):
         """Yield the job's events after ``after`` as they land; end after the terminal one.
 
         Woken by the store's notification; a job whose worker died is reconciled (by
-        ``reconcile``, default :meth:`reconcile`) after a quiet second, so the iteration ends
-        with the job's true outcome instead of waiting for a write that never comes.
+        ``reconcile``; by default the run layer's when it is loaded, see
+        :func:`use_reconciler`) after a quiet second, so the iteration ends with the job's
+        true outcome instead of waiting for a write that never comes.
         ``timeout`` (seconds) bounds the whole wait and ends the iteration quietly. A bad id
         or an unknown job raises here, before iteration starts.
         """
         self.get(job_id)
-        updates = follow(self, job_id, after, timeout, reconcile=reconcile or self.reconcile)
+        updates = follow(self, job_id, after, timeout, reconcile=reconcile or self._reconciler())
         return (event for _, events in updates for event in events)
 
     def wait(
@@ -357,9 +368,24 @@ class Store(abc.ABC):
         """
         check_id(job_id)
         updates = follow(
-            self, job_id, timeout=timeout, reconcile=reconcile or self.reconcile, events=False
+            self, job_id, timeout=timeout, reconcile=reconcile or self._reconciler(), events=False
         )
         return deque(updates, maxlen=1)[0][0]  # the last update's state
+
+    def _reconciler(self) -> Reconciler:
+        """How waits reconcile: the run layer's when it is loaded (see :func:`use_reconciler`),
+        else the store's own for the jobs it can finish alone."""
+        if _reconcilers:
+            return _reconcilers[0](self)
+        return self._reconcile_alone
+
+    def _reconcile_alone(self, state: JobState) -> JobState:
+        """:meth:`reconcile`, except for jobs only the run layer can finish: a command (its
+        processes may still run) and a spawned job (a retry needs its worker restarted),
+        which are left to it (``outlast status``, any pool or server)."""
+        if state.kind == Kind.COMMAND or state.queue == DEDICATED:
+            return state
+        return self.reconcile(state)
 
     def log_path(self, job_id: str) -> Path:
         """Where a local worker writes the job's output (stdout and stderr)."""

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import os
 import stat
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from outlast import codec
@@ -20,16 +20,30 @@ log = logging.getLogger("outlast.store")
 
 @contextlib.contextmanager
 def translated(
-    prefix: str, what: str, drivers: tuple[type[BaseException], ...] = ()
+    prefix: str,
+    what: str,
+    drivers: tuple[type[BaseException], ...] = (),
+    hint: Callable[[BaseException], str | None] | None = None,
 ) -> Iterator[None]:
     """Turn ``OSError`` and the driver's own errors (``sqlite3.Error``, ``psycopg.Error``)
     into :class:`StoreError` (``raise … from exc``): nothing above the store ever catches a
-    driver exception. The message reads ``<prefix>: <what>: <the driver's words>``."""
+    driver exception. The message reads ``<prefix>: <what>: <the driver's words>``, and
+    ``hint(exc)``'s advice when it has some."""
     errors: tuple[type[BaseException], ...] = (OSError, *drivers)
     try:
         yield
     except errors as exc:
-        raise StoreError(f"{prefix}: {what}: {exc}".rstrip()) from exc
+        advice = hint(exc) if hint is not None else None
+        message = f"{prefix}: {what}: {exc}".rstrip()
+        raise StoreError(f"{message} ({advice})" if advice else message) from exc
+
+
+def disk_full(path: str | os.PathLike[str]) -> bool:
+    """Whether the filesystem holding ``path`` has no space left (for the unprivileged)."""
+    try:
+        return os.statvfs(path).f_bavail == 0
+    except OSError:
+        return False
 
 
 def decode_listing(rows: Iterable[tuple[str, bytes | str | None]]) -> list[JobState]:

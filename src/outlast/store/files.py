@@ -44,7 +44,7 @@ from outlast.ids import check_id
 from outlast.model import JobState, Kind, ProgressEvent, Status, parse_time, utcnow
 from outlast.store import _local
 from outlast.store.base import Applied, Transition
-from outlast.store.common import log, make_private_dir, translated
+from outlast.store.common import disk_full, log, make_private_dir, translated
 
 #: ``<x>.worker``'s short lock would be ``<x>``'s worker lock, so no job here has that name.
 _RESERVED = ".worker"
@@ -144,7 +144,15 @@ class FilesStore(_local.LocalStore):
 
     def _translated(self, what: str) -> contextlib.AbstractContextManager[None]:
         """Turn OS failures into :class:`StoreError` at the boundary."""
-        return translated(f"files store {self.path}", what)
+        return translated(
+            f"files store {self.path}",
+            what,
+            hint=lambda exc: (
+                "no space left on its disk"
+                if getattr(exc, "errno", 0) == 28 or disk_full(self.path)
+                else None
+            ),
+        )
 
     @contextlib.contextmanager
     def _locked(self, job_id: str) -> Iterator[None]:

@@ -63,13 +63,15 @@ class Follower:
         self._quiet_since = time.monotonic()
         self._first = True
 
-    def read(self, woken: bool = True) -> Update:
-        """Step 2 and 3: the job's state and its new events. A job quiet (no new event, no
-        wake-up) for ``recheck`` seconds, and the job at the first read, is reconciled."""
+    def read(self) -> Update:
+        """Step 2 and 3: the job's state and its new events. The job is reconciled at the
+        first read, and whenever it has been quiet (no change of its state, no new event)
+        for ``recheck`` seconds: a wake-up alone does not count, since other jobs' changes
+        wake this follower too (a busy neighbour must not keep a dead job from being seen)."""
         now = time.monotonic()
-        if woken:
-            self._quiet_since = now
         state = self.store.get(self.job_id)
+        if self.state is not None and state.updated_at != self.state.updated_at:
+            self._quiet_since = now
         due = self._first or now - self._quiet_since >= self.recheck
         if self.reconcile is not None and due and not state.terminal:
             state = self.reconcile(state)
@@ -97,7 +99,9 @@ class Follower:
             waits.append(self._quiet_since + self.recheck - time.monotonic())
         state = self.state
         if state is not None and state.status == Status.PENDING and state.run_after is not None:
-            waits.append((state.run_after - utcnow()).total_seconds() + 0.001)
+            due_in = (state.run_after - utcnow()).total_seconds()
+            if due_in > 0:  # it becomes due without a write: look then (once due, a pool's
+                waits.append(due_in + 0.001)  # claim is a write that wakes us)
         if self.more:
             waits.append(0.0)
         return max(0.0, min(waits)) if waits else None
@@ -122,15 +126,14 @@ def follow(
     deadline = None if timeout is None else time.monotonic() + timeout
     follower = Follower(store, job_id, after, reconcile=reconcile, until=until, events=events)
     with store.listen([job_id]) as listener:
-        woken = True
         while True:
-            yield follower.read(woken)
+            yield follower.read()
             if follower.done:
                 return
             wait = follower.wait_for(deadline)
             if deadline is not None and time.monotonic() >= deadline:
                 return
-            woken = listener.wait(wait)
+            listener.wait(wait)
 
 
 def wait_until_due(store: Store, job_id: str) -> JobState | None:

@@ -53,8 +53,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from outlast import paths
-from outlast.errors import InvalidInput
+from outlast.errors import InvalidInput, StoreError
 from outlast.model import JobState, Kind
 from outlast.store import _pg
 from outlast.store._pg import Conn
@@ -203,6 +205,9 @@ class PostgresStore(AdvisoryLocks, SqlStore):
     @contextlib.contextmanager
     def _tx(self, what: str) -> Iterator[_Tx]:
         with self._session(what) as conn:
+            if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                # a transition that writes to the store: its COMMIT would end ours early
+                raise StoreError(f"postgresql store: {what}: a transaction inside a transaction")
             tx = _Tx(conn)
             yield tx
             pairs = []

@@ -36,7 +36,7 @@ from typing import Any
 from outlast import codec, paths
 from outlast.model import JobState, Kind
 from outlast.store import _local
-from outlast.store.common import make_private_dir, translated
+from outlast.store.common import disk_full, make_private_dir, translated
 from outlast.store.sql import LIVE, Dialect, Row, SqlStore, Write, tables
 
 DOC_CACHE = 4096  # parsed documents kept per store object, reused only if byte-identical
@@ -69,8 +69,25 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def _translated(what: str) -> contextlib.AbstractContextManager[None]:
-    return translated("sqlite store", what, (sqlite3.Error,))
+def _translated(what: str, path: Path | None = None) -> contextlib.AbstractContextManager[None]:
+    return translated("sqlite store", what, (sqlite3.Error,), lambda exc: _hint(exc, path))
+
+
+def _hint(exc: BaseException, path: Path | None) -> str | None:
+    """What to do about SQLite's least telling errors."""
+    text = str(exc)
+    if path is not None and (
+        "disk I/O error" in text or "disk is full" in text or getattr(exc, "errno", 0) == 28
+    ):
+        if disk_full(path.parent):
+            return f"no space left on the disk holding {path}: free some, then try again"
+        if "disk I/O error" in text:
+            return (
+                f"if {path.name}-wal or {path.name}-shm was removed or replaced while the "
+                "store was in use, stop every process using it and open it again; else "
+                "check the disk"
+            )
+    return None
 
 
 class _Tx:
@@ -117,7 +134,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
         self._conns_lock = threading.Lock()
         self._docs: dict[str, tuple[bytes, JobState]] = {}
         self._docs_lock = threading.Lock()
-        with _translated("open"):
+        with _translated("open", self.path):
             if not self.path.exists():
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
             self._migrate()
@@ -193,7 +210,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
     def _tx(self, what: str) -> Iterator[_Tx]:
         conn = self._writer()
         tx = _Tx(conn)
-        with _translated(what):
+        with _translated(what, self.path):
             self._begin(conn)
             try:
                 yield tx
@@ -205,7 +222,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
             self.parts.pulse_many(tx.wakes)
 
     def _query(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        with _translated(what):
+        with _translated(what, self.path):
             return self._conn().execute(sql, params).fetchall()
 
     def close(self) -> None:
