@@ -246,6 +246,18 @@ def cancel(state: JobState, now: datetime) -> Change | None:
     return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, {"error": error.to_dict()}),))
 
 
+def cancel_now(
+    state: JobState, attempt: int | None, error: ErrorInfo, now: datetime
+) -> Change | None:
+    """End a canceled job whose worker had to stop it before its cleanup was done (the
+    cleanup outlived the grace period): ``canceled`` now, ``error`` saying so. Only while
+    the job is still this attempt's."""
+    if fenced_out(state, attempt):
+        return None
+    new = state.evolve(status=Status.CANCELED, error=error, updated_at=now, finished_at=now)
+    return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, {"error": error.to_dict()}),))
+
+
 def pause(state: JobState, attempt: int | None, question: JSON, now: datetime) -> Change | None:
     if fenced_out(state, attempt):
         return None

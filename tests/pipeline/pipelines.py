@@ -98,3 +98,29 @@ CRASH = Pipeline(
     _watcher(Stage(actions.SPAWN, actions.spawn_background_job), Stage(actions.AWAIT, crash)),
     attempts=1,
 )
+
+
+def work_until_canceled(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A long stage that stops at a cancel, as a well-behaved one does."""
+    import time
+
+    for _ in range(600):
+        outlast.current().check_cancel()
+        time.sleep(0.05)
+    return {}, "worked"
+
+
+def cleanup_forever(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A cleanup stage that takes far longer than any grace period."""
+    import time
+
+    time.sleep(60)
+    return {}, "cleaned"
+
+
+#: A cancel runs the cleanup, which outlives the pool's grace period.
+STUBBORN_CLEANUP = Pipeline(
+    "stubborn_cleanup",
+    [Stage("work", work_until_canceled), Stage("cleanup", cleanup_forever, trigger=ALL_DONE)],
+    attempts=1,
+)

@@ -64,3 +64,26 @@ def test_a_pipeline_whose_job_process_dies_still_cleans_up(env: Env) -> None:
     pid = export_pid(state)
     assert state.to_dict()["pipeline"]["stages"][actions.CLEANUP]["status"] == "succeeded", pid
     assert status_files(env.status_file()) == []
+
+
+def test_a_cancel_whose_cleanup_outlives_the_grace_ends_canceled_in_a_pool(env: Env) -> None:
+    """Issue 12, item 7: the pool killed the cleanup after its grace period and wrote
+    nothing, so the job stayed running with a cancel in progress."""
+    import threading
+
+    from outlast.run.pool import Pool
+
+    task = pipelines.STUBBORN_CLEANUP.submit({})
+    pool = Pool(env.store, 1, imports=[pipelines.MODULE], grace=1.0)
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        env.wait_state(task.id, lambda s: s.step == "work", "the work stage")
+        assert env.store.open(task.id).cancel().cancel_requested
+        env.wait_state(task.id, lambda s: s.step == "cleanup", "the cleanup to start")
+        state = env.wait_state(task.id, lambda s: s.terminal, "the job to end")
+    finally:
+        pool.stop()
+        runner.join(60)
+    assert state.status == Status.CANCELED and state.error is not None
+    assert "cleanup did not finish" in state.error.message

@@ -25,7 +25,8 @@ log = logging.getLogger("outlast.worker")
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one attempt came to: ``succeed``, ``fail``, ``pause``, ``cancel`` or ``gone``."""
+    """What one attempt came to: ``succeed``, ``fail``, ``pause``, ``cancel``, ``abort`` (a
+    cancel whose cleanup its worker had to cut short) or ``gone`` (nothing to write)."""
 
     verb: str
     value: JSON = None
@@ -92,6 +93,9 @@ def transition(outcome: Outcome, attempt: int, keep_worker: bool = False) -> Tra
         return lambda s: machine.pause(s, attempt, outcome.value, utcnow())
     if verb == "cancel":  # only while the job is still this attempt's
         return lambda s: None if machine.fenced_out(s, attempt) else machine.cancel(s, utcnow())
+    if verb == "abort" and outcome.error is not None:  # a cancel whose cleanup was cut short
+        aborted = outcome.error
+        return lambda s: machine.cancel_now(s, attempt, aborted, utcnow())
     return None
 
 

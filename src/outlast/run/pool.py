@@ -52,7 +52,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from outlast import codec, config
-from outlast.errors import InvalidInput, OutlastError
+from outlast.errors import InvalidInput, JobNotFound, OutlastError
 from outlast.ids import check_queue
 from outlast.model import ErrorCode, ErrorInfo, Kind, Status, utcnow
 from outlast.run.execute import Outcome, transition
@@ -105,6 +105,8 @@ class Slot:
     kill_at: float | None = None
     #: The job's worker lock was lost: whatever its process says, nothing is written.
     lost: bool = False
+    #: The job is being canceled and runs its cleanup (until ``kill_at``).
+    canceling: bool = False
     #: When the job was handed to the process (monotonic), for the pool's mean job time.
     started: float = 0.0
 
@@ -208,13 +210,14 @@ class Pool:
         fresh = self._start_process()
         slot.process, slot.conn = fresh.process, fresh.conn
         slot.task = slot.deadline = slot.kill_at = None
-        slot.lost = False
+        slot.lost = slot.canceling = False
 
     # ------------------------------------------------------------ jobs
     def _assign(self, slot: Slot, task: Task) -> None:
         state = task.snapshot or task.state()
         now = time.monotonic()
         slot.task, slot.kill_at, slot.lost, slot.started = task, None, False, now
+        slot.canceling = False
         slot.deadline = None if state.timeout is None else now + state.timeout
         # the claimed state goes along, so the job process need not read it back
         slot.conn.send((task.id, task.attempt, codec.encode(state)))
@@ -304,20 +307,28 @@ class Pool:
         return self.store.next_due(self.queues, KINDS) is not None
 
     def _check_running(self) -> None:
-        """React to cancels (or lost jobs) of the jobs being run."""
+        """React to cancels (or lost jobs) of the jobs being run: the job's process is told
+        (SIGUSR1), and killed after the job's grace period (else the pool's, at most 10 s)."""
         for slot in self.slots:
             if slot.task is None or slot.kill_at is not None:
                 continue
             try:
                 state = slot.task.state()
-                lost = state.status != Status.RUNNING or state.attempts != slot.task.attempt
-                lost = lost or state.cancel_requested  # its cleanup, then done
-            except OutlastError:
-                lost = True
-            if lost:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(slot.process.pid, signal.SIGUSR1)
-                slot.kill_at = time.monotonic() + min(self.grace, CANCEL_GRACE_MAX)
+            except JobNotFound:
+                state = None  # deleted: stop it
+            except OutlastError as exc:  # the store failed: look again at the next check
+                log.warning("cannot check job %s: %s", slot.task.id, exc)
+                continue
+            if state is not None and state.status == Status.RUNNING:
+                if state.attempts == slot.task.attempt and not state.cancel_requested:
+                    continue
+                slot.canceling = state.cancel_requested  # it runs its cleanup, then ends
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(slot.process.pid, signal.SIGUSR1)
+            grace = min(self.grace, CANCEL_GRACE_MAX)
+            if state is not None and state.grace is not None:
+                grace = state.grace
+            slot.kill_at = time.monotonic() + grace
 
     def _check_locks(self) -> None:
         """Stop the jobs whose worker lock the store took away (a killed PostgreSQL lock
@@ -348,7 +359,7 @@ class Pool:
                     done.append((slot.task, Outcome("gone") if slot.lost else outcome))
                     self._note_run(time.monotonic() - slot.started)
                 slot.task = slot.deadline = slot.kill_at = None
-                slot.lost = False
+                slot.lost = slot.canceling = False
             elif slot.process.sentinel >= 0 and slot.process.sentinel in ready:
                 died.append(slot)
         for slot in died:
@@ -375,7 +386,15 @@ class Pool:
             if task is None:
                 continue
             if slot.kill_at is not None and now >= slot.kill_at:
-                done.append((task, Outcome("gone")))  # canceled or lost: nothing to write
+                if slot.canceling and not slot.lost:  # its cleanup outlived the grace
+                    error = ErrorInfo(
+                        ErrorCode.CANCELED,
+                        "the job was canceled; its cleanup did not finish within the grace "
+                        "period and was stopped",
+                    )
+                    done.append((task, Outcome("abort", error=error)))
+                else:
+                    done.append((task, Outcome("gone")))  # canceled or lost: nothing to write
             elif slot.deadline is not None and now >= slot.deadline:
                 error = ErrorInfo(ErrorCode.TIMEOUT, "the job ran past its timeout")
                 done.append((task, Outcome("fail", error=error)))
