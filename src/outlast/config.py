@@ -49,3 +49,22 @@ def store_url() -> str | None:
 
 def token() -> str | None:
     return os.environ.get("OUTLAST_TOKEN") or None
+
+
+def _count(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise InvalidInput(f"${name} must be a whole number >= 1, not {raw!r}")
+    return int(raw)
+
+
+def max_streams() -> int:
+    """``OUTLAST_MAX_STREAMS``: event streams a server keeps open at once, in all."""
+    return _count("OUTLAST_MAX_STREAMS", 1000)
+
+
+def max_streams_per_client() -> int:
+    """``OUTLAST_MAX_STREAMS_PER_CLIENT``: event streams one client address may hold open."""
+    return _count("OUTLAST_MAX_STREAMS_PER_CLIENT", 100)

@@ -35,7 +35,12 @@ class Server:
     """``create_app(open_store(url), token)`` served by uvicorn in a child process."""
 
     def __init__(
-        self, store_url: str, tmp: Path, token: str | None = None, ping: float | None = None
+        self,
+        store_url: str,
+        tmp: Path,
+        token: str | None = None,
+        ping: float | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.store_url, self.token = store_url, token
         self.probe_path = tmp / f"probe-{id(self)}"
@@ -45,7 +50,7 @@ class Server:
         sock.listen(512)
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        env = _env(OUTLAST_STORE=store_url, OUTLAST_TEST_PROBE=str(self.probe_path))
+        env = _env(OUTLAST_STORE=store_url, OUTLAST_TEST_PROBE=str(self.probe_path), **(env or {}))
         if token:
             env["OUTLAST_TEST_TOKEN"] = token
         if ping:

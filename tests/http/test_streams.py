@@ -24,6 +24,7 @@ from tests.http.harness import (
     parse,
     start_worker,
 )
+from tests.waiting import until
 
 
 def _job(store: Store) -> str:
@@ -241,3 +242,35 @@ def test_clients_that_go_away_leave_no_task_and_no_descriptor_behind(
         task.cancel()
         task.release_worker_lock()
     assert after == before, f"(descriptors, tasks) before {before}, after {after}"
+
+
+def test_streams_past_a_clients_cap_get_a_503_with_retry_after(
+    http_store_url: str, tmp_path: Path
+) -> None:
+    """Issue 12, item 4: any client could open streams until the server (and every process
+    of its user) ran out of inotify instances."""
+    server = Server(http_store_url, tmp_path, env={"OUTLAST_MAX_STREAMS_PER_CLIENT": "3"})
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            opened = []
+            for _ in range(3):
+                response = client.send(client.build_request("GET", "/events"), stream=True)
+                assert response.status_code == 200
+                opened.append(response)
+            refused = client.get("/events")
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["retry-after"] == "5"
+            assert "streams open" in refused.json()["detail"]
+            opened.pop().close()
+
+            def accepted() -> bool | None:
+                response = client.send(client.build_request("GET", "/events"), stream=True)
+                ok = response.status_code == 200
+                response.close()
+                return ok or None
+
+            until(accepted, 10, "a slot to free when a client leaves")
+            for response in opened:
+                response.close()
+    finally:
+        server.close()

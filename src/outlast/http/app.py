@@ -99,7 +99,7 @@ def create_app(
 
     app.include_router(_job_routes(store, denied), dependencies=auth)
     app.include_router(
-        sse.router(store, bus, recheck, _json_errors(400, 404, 422, *denied), heartbeat),
+        sse.router(store, bus, recheck, _json_errors(400, 404, 422, 503, *denied), heartbeat),
         dependencies=auth,
     )
 

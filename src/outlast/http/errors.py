@@ -19,6 +19,10 @@ from starlette.responses import Response
 
 from outlast import errors
 from outlast.http.guard import error_response
+from outlast.http.sse import TooManyStreams
+
+#: Seconds a client refused for too many streams is told to wait.
+RETRY_AFTER = 5
 
 log = logging.getLogger("outlast.http")
 
@@ -83,7 +87,14 @@ def _internal(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal error", "the server failed; see its log")
 
 
+def _too_many(request: Request, exc: Exception) -> Response:
+    return error_response(
+        503, "too many streams", f"{exc}; try again later", {"Retry-After": str(RETRY_AFTER)}
+    )
+
+
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(TooManyStreams, _too_many)
     app.add_exception_handler(errors.OutlastError, _outlast)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(HTTPException, _http)

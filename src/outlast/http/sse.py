@@ -28,14 +28,16 @@ import asyncio
 import contextlib
 import json
 import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, format_sse_event
 from starlette.responses import StreamingResponse
 
+from outlast import config
 from outlast.bus import Bus, alisten
 from outlast.errors import InvalidInput, OutlastError
 from outlast.http.deps import ExistingJob
@@ -126,16 +128,70 @@ def replay_after(
     return start
 
 
+class TooManyStreams(Exception):
+    """A stream over the server's or the client's cap: answered 503 with Retry-After."""
+
+
+class Streams:
+    """Counts the open streams, in all and per client address, and refuses one past either
+    cap, so no client (or crowd) can take every descriptor of the server or its store."""
+
+    def __init__(self, total: int, per_client: int) -> None:
+        self.total, self.per_client = total, per_client
+        self.open = 0
+        self.by_client: dict[str, int] = {}
+
+    def take(self, client: str) -> Callable[[], None]:
+        """Count a new stream of ``client``; returns its idempotent release."""
+        if self.open >= self.total:
+            raise TooManyStreams(f"the server has {self.open} streams open, its most")
+        if self.by_client.get(client, 0) >= self.per_client:
+            raise TooManyStreams(f"{client} has {self.per_client} streams open, the most")
+        self.open += 1
+        self.by_client[client] = self.by_client.get(client, 0) + 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.open -= 1
+                left = self.by_client[client] - 1
+                if left:
+                    self.by_client[client] = left
+                else:
+                    del self.by_client[client]
+
+        return release
+
+
+async def _counted(body: AsyncIterator[bytes], release: Callable[[], None]) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in body:
+            yield chunk
+    finally:
+        release()
+
+
+def _stream(body: AsyncIterator[bytes], streams: Streams, request: Request) -> EventSourceResponse:
+    release = streams.take(request.client.host if request.client else "?")
+    counted = _counted(body, release)
+    weakref.finalize(counted, release)  # a response dropped before it started still counts
+    return EventSourceResponse(counted, headers=HEADERS)
+
+
 def router(
     store: Store,
     bus: Bus,
     recheck: Callable[[JobState], JobState],
     responses: dict[int | str, dict[str, Any]],
     heartbeat: float = HEARTBEAT,
+    streams: Streams | None = None,
 ) -> APIRouter:
-    """The streaming routes over ``store`` and ``bus``."""
+    """The streaming routes over ``store`` and ``bus``; ``streams`` caps them."""
     routes = APIRouter(tags=["events"])
     encode = _Encoded()
+    streams = streams or Streams(config.max_streams(), config.max_streams_per_client())
 
     @routes.get(
         "/jobs/{job_id}/events",
@@ -145,15 +201,15 @@ def router(
         summary="Stream a job's events (Server-Sent Events)",
     )
     async def job_events(
+        request: Request,
         state: ExistingJob,
         start: Annotated[int, Depends(replay_after)],
         token: TokenQuery = None,
     ) -> EventSourceResponse:
         """The job's events after ``start``, then live; the stream ends after the job's
-        terminal event. Each is ``id: <seq>``, ``event: <status>``, ``data: <event JSON>``."""
-        return EventSourceResponse(
-            _job_stream(bus, encode, state.id, start, heartbeat), headers=HEADERS
-        )
+        terminal event. Each is ``id: <seq>``, ``event: <status>``, ``data: <event JSON>``.
+        503 (with ``Retry-After``) past the server's or the client's cap on open streams."""
+        return _stream(_job_stream(bus, encode, state.id, start, heartbeat), streams, request)
 
     @routes.get(
         "/events",
@@ -162,9 +218,10 @@ def router(
         responses={**STREAM_DOC, **responses},
         summary="Stream changes of the newest jobs (Server-Sent Events)",
     )
-    async def job_changes(token: TokenQuery = None) -> EventSourceResponse:
-        """``event: ready`` once armed, then ``event: job`` (the job document) per change."""
-        return EventSourceResponse(_changes(store, recheck, heartbeat), headers=HEADERS)
+    async def job_changes(request: Request, token: TokenQuery = None) -> EventSourceResponse:
+        """``event: ready`` once armed, then ``event: job`` (the job document) per change.
+        503 (with ``Retry-After``) past the server's or the client's cap on open streams."""
+        return _stream(_changes(store, recheck, heartbeat), streams, request)
 
     return routes
 

@@ -8,7 +8,9 @@ lost: an event that lands between the check and the wait is already queued on th
 Channels: ``queue`` (a job became claimable) and ``j0``..``j15`` (a job changed: its state or its
 events; the shard is a hash of the id, so a waiter on one job is rarely woken by others).
 
-Where inotify is unavailable (not Linux), waiters fall back to a short poll.
+One inotify instance per process and store folder serves all its listeners (see
+:class:`_Watcher`). Where inotify is unavailable (not Linux, or its per-user limits are
+reached), waiters fall back to a short poll, and a warning says so once.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from outlast.store.common import log
 
 
 def _inotify() -> Any:
@@ -78,8 +82,8 @@ class Pulses:
     def listen(self, channels: Iterable[str] | None = None) -> Listener:
         """A listener on ``channels`` (all of them when None); arm it before checking."""
         chosen = tuple(channels) if channels is not None else ALL_CHANNELS
-        for channel in chosen:
-            self._fd(channel)  # the file must exist to be watched
+        for channel in ALL_CHANNELS:
+            self._fd(channel)  # every file must exist to be watched (by one watcher, for all)
         return Listener(self.directory, chosen)
 
     def close(self) -> None:
@@ -89,51 +93,136 @@ class Pulses:
         self._fds.clear()
 
 
+class _Watcher:
+    """The one inotify instance of this process for one pulse folder, shared by all its
+    listeners: a thread reads it and wakes the listeners of the channels that changed, each
+    through an eventfd of its own. So a process never needs more than one inotify instance
+    per store (the per-user limit is small: 128 by default) and a store never more than its
+    17 watches, however many waiters it has (a server streaming to a thousand clients)."""
+
+    def __init__(self, directory: Path, module: Any) -> None:
+        self.inotify = module.INotify()
+        self.channels: dict[int, str] = {}
+        for channel in ALL_CHANNELS:
+            wd = self.inotify.add_watch(str(directory / channel), module.flags.MODIFY)
+            self.channels[wd] = channel
+        self.lock = threading.Lock()
+        self.listeners: dict[str, set[Listener]] = {channel: set() for channel in ALL_CHANNELS}
+        threading.Thread(target=self._run, name="outlast-pulses", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                events = self.inotify.read()
+            except OSError:  # pragma: no cover - the instance went away
+                return
+            fired = {self.channels.get(e.wd) for e in events}
+            with self.lock:  # a listener closes under the same lock: never a stale fd
+                for channel in fired:
+                    for listener in self.listeners.get(channel or "", ()):
+                        listener._wake(channel == QUEUE)
+
+    def add(self, listener: Listener) -> None:
+        with self.lock:
+            for channel in listener.channels:
+                self.listeners[channel].add(listener)
+
+    def remove(self, listener: Listener) -> None:
+        with self.lock:
+            for channel in listener.channels:
+                self.listeners[channel].discard(listener)
+            listener._close_fd()
+
+
+_WATCHERS: dict[tuple[int, str], _Watcher | None] = {}
+_WATCHERS_LOCK = threading.Lock()
+
+
+def _watcher(directory: Path) -> _Watcher | None:
+    """This process's watcher of ``directory``, or None where inotify cannot be had (not
+    Linux, or the user's inotify instances or watches are all taken): then listeners poll,
+    and a warning says why, once."""
+    key = (os.getpid(), str(directory))  # a forked child has no thread: it makes its own
+    with _WATCHERS_LOCK:
+        if key in _WATCHERS:
+            return _WATCHERS[key]
+        module = _inotify()
+        watcher = None
+        if module is not None:
+            try:
+                watcher = _Watcher(directory, module)
+            except OSError as exc:
+                log.warning(
+                    "cannot watch %s with inotify (%s): waiting falls back to polling every "
+                    "%.0f ms; raise fs.inotify.max_user_instances or max_user_watches",
+                    directory,
+                    exc,
+                    FALLBACK_POLL * 1000,
+                )
+        _WATCHERS[key] = watcher
+        return watcher
+
+
 class Listener:
-    """Waits for pulses on some channels. Use as a context manager; one thread at a time."""
+    """Waits for pulses on some channels. Use as a context manager; one thread at a time.
+
+    Its ``fileno()`` is an eventfd the process's watcher writes to (select on it, or use
+    :meth:`wait`); where there is no watcher it is None and :meth:`wait` polls."""
 
     def __init__(self, directory: Path, channels: tuple[str, ...]) -> None:
-        self._inotify: Any = None
-        self._queue_wd: int | None = None
-        module = _inotify()
-        if module is not None:
-            self._inotify = module.INotify()
-            for channel in channels:
-                wd = self._inotify.add_watch(str(directory / channel), module.flags.MODIFY)
-                if channel == QUEUE:
-                    self._queue_wd = wd
+        self.channels = channels
+        self._fd: int | None = None
+        self._queue = False
+        self._watcher = _watcher(directory)
+        if self._watcher is not None:
+            self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._watcher.add(self)
+
+    def _wake(self, queue: bool) -> None:
+        """From the watcher's thread, under its lock."""
+        if self._fd is not None:
+            self._queue = self._queue or queue
+            with contextlib.suppress(OSError):
+                os.eventfd_write(self._fd, 1)
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def fileno(self) -> int | None:
         """The fd to select on (for event loops), or None when polling."""
-        return self._inotify.fileno() if self._inotify is not None else None
+        return self._fd
 
     def drain(self) -> bool:
         """Consume the pulses that arrived, without blocking; True when one of them said a
         job became claimable (the ``queue`` channel), or when it cannot tell (polling)."""
-        if self._inotify is None:
+        if self._fd is None:
             return True
-        events = self._inotify.read(timeout=0)
-        return any(e.wd == self._queue_wd for e in events)
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.eventfd_read(self._fd)
+        queue, self._queue = self._queue, False
+        return queue
 
     def wait(self, timeout: float | None) -> bool:
         """Block until a pulse or ``timeout`` seconds; True when woken by a pulse.
 
-        With inotify this returns within microseconds of a pulse; without it, after a short
-        poll interval (the caller re-checks its condition either way).
+        With inotify this returns within a fraction of a millisecond of a pulse; without
+        it, after a short poll interval (the caller re-checks its condition either way).
         """
-        if self._inotify is None:
+        fd = self._fd
+        if fd is None:
             time.sleep(FALLBACK_POLL if timeout is None else min(timeout, FALLBACK_POLL))
             return True
-        ready, _, _ = select.select([self._inotify.fileno()], [], [], timeout)
+        ready, _, _ = select.select([fd], [], [], timeout)
         if ready:
-            self._inotify.read(timeout=0)
+            self.drain()
             return True
         return False
 
     def close(self) -> None:
-        if self._inotify is not None:
-            self._inotify.close()
-            self._inotify = None
+        if self._watcher is not None and self._fd is not None:
+            self._watcher.remove(self)
 
     def __enter__(self) -> Listener:
         return self
