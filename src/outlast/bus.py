@@ -112,18 +112,48 @@ class AsyncListener:
         self._listener = listener
         self._loop = loop or asyncio.get_running_loop()
         self._ready = asyncio.Event()
-        self._fd = listener.fileno()
+        self._fd: int | None = None
+        self._draining = False
+        self._closed = False
+        self._watch()
+
+    def _watch(self) -> None:
+        """Watch the listener's current fd (a PostgreSQL listener gets a new one when it
+        reconnects, and has none while the server cannot be reached)."""
+        fd = None if self._closed else self._listener.fileno()
+        if fd == self._fd:
+            return
         if self._fd is not None:
-            self._loop.add_reader(self._fd, self._on_readable)
+            with contextlib.suppress(ValueError, OSError):
+                self._loop.remove_reader(self._fd)
+        self._fd = fd
+        if fd is not None:
+            self._loop.add_reader(fd, self._on_readable)
 
     def _on_readable(self) -> None:
-        self._listener.drain()
+        # Drained in a thread: a listener that lost its connection reconnects in drain(),
+        # which must not block the event loop. One drain at a time (one thread at a time).
+        if self._draining:
+            return
+        self._draining = True
+        if self._fd is not None:
+            self._loop.remove_reader(self._fd)
+            self._fd = None
+        future = self._loop.run_in_executor(None, self._listener.drain)
+        future.add_done_callback(self._drained)
+
+    def _drained(self, future: asyncio.Future[bool]) -> None:
+        self._draining = False
+        if not future.cancelled():
+            future.exception()  # a failure is the next wait's to see; the caller re-checks
         self._ready.set()
+        self._watch()
 
     async def wait(self, timeout: float) -> bool:
         """True when woken by a change (or when polling), False after ``timeout`` seconds."""
-        if self._fd is None:
+        if self._fd is None and not self._draining:
             await asyncio.sleep(min(timeout, POLL))
+            self._on_readable()  # polling: drain (and maybe reconnect), then look
             return True
         if not self._ready.is_set():
             try:
@@ -135,10 +165,21 @@ class AsyncListener:
         return True
 
     def close(self) -> None:
+        self._closed = True
         if self._fd is not None:
-            self._loop.remove_reader(self._fd)
+            with contextlib.suppress(ValueError, OSError):
+                self._loop.remove_reader(self._fd)
             self._fd = None
-        self._listener.close()
+        if self._draining:  # a drain runs in a thread: close once it is done
+            self._loop.call_soon(self._close_later)
+        else:
+            self._listener.close()
+
+    def _close_later(self) -> None:
+        if self._draining:
+            self._loop.call_later(0.01, self._close_later)
+        else:
+            self._listener.close()
 
 
 async def alisten(store: Store, job_ids: list[str] | None) -> AsyncListener:

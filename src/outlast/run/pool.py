@@ -41,6 +41,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import select
 import signal
 import socket
@@ -52,7 +53,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from outlast import codec, config
-from outlast.errors import InvalidInput, JobNotFound, OutlastError
+from outlast.errors import InvalidInput, JobNotFound, OutlastError, StoreError
 from outlast.ids import check_queue
 from outlast.model import ErrorCode, ErrorInfo, Kind, Status, utcnow
 from outlast.run.execute import Outcome, transition
@@ -68,6 +69,29 @@ FLUSH_BATCH = 16  # outcomes written at once without waiting out FLUSH_DELAY
 PREFETCH = 8  # jobs claimed ahead per process: claims are batched, at the cost of holding them
 PREFETCH_BELOW = 0.05  # seconds: only jobs shorter than this (on average) are claimed ahead
 KINDS = [Kind.FUNCTION, Kind.PIPELINE]  # what pools run (commands have their supervisors)
+
+
+class Outage:
+    """Backoff with jitter while the store fails, and one log line for the outage and one
+    for its end, not one per try."""
+
+    MIN, MAX = 0.1, 5.0
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+        self.since: float | None = None
+
+    def pause(self, exc: BaseException) -> float:
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning("the store failed (%s); going on, and retrying with backoff", exc)
+        self.delay = min(self.MAX, max(self.MIN, self.delay * 2))
+        return self.delay * (0.5 + random.random())
+
+    def over(self) -> None:
+        if self.since is not None:
+            log.warning("the store answers again after %.1f s", time.monotonic() - self.since)
+            self.since, self.delay = None, 0.0
 
 
 class JobProcess:
@@ -144,6 +168,7 @@ class Pool:
         self.claims = self.empty_claims = self.loops = 0
         self._due_at: float | None = None  # when the earliest delayed job is due (monotonic)
         self._claim_due = True  # there may be a job to claim (see _fill)
+        self._progress = False  # the last turn claimed or was woken for a job
         # stop() (a signal handler) writes here, so the loop never sleeps through a stop
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._stop_at = float("inf")
@@ -235,7 +260,9 @@ class Pool:
             self._flush()
 
     def _flush(self) -> None:
-        """Write the queued outcomes in one go, then drop their jobs' locks."""
+        """Write the queued outcomes in one go, then drop their jobs' locks. If the store
+        fails, they stay queued for the next try (each is fenced by its attempt: one whose
+        job was reclaimed meanwhile is refused then)."""
         done, self._unwritten, self._flush_at = self._unwritten, [], None
         items = []
         for task, outcome in done:
@@ -243,8 +270,13 @@ class Pool:
             fn = transition(outcome, task.attempt)
             if fn is not None:
                 items.append((task.id, fn))
-        if items:
-            self.store.apply_many(items)
+        try:
+            if items:
+                self.store.apply_many(items)
+        except StoreError:
+            self._unwritten = done + self._unwritten
+            self._flush_at = time.monotonic() + 1.0  # and tried again then
+            raise
         self.store.release_worker_locks([task for task, _ in done])
         self.processed += len(done)
 
@@ -440,21 +472,47 @@ class Pool:
         return self.processed
 
     def _loop(self, listener: Listener) -> None:
-        pushes = self.store.capabilities.pushes_notifications and listener.fileno() is not None
+        """Turn until stopped. A store that fails (a database restarting, a network cut) is
+        waited out with backoff and jitter, the pool and its jobs going on; what was lost
+        meanwhile is fenced (a lost worker lock stops its job; late writes are refused)."""
         backoff = self.poll_min
+        outage = Outage()
         while True:
             self.loops += 1
-            claimed = self._fill()
-            busy = any(s.task is not None for s in self.slots)
-            if not busy and self._unwritten:
-                self._flush()  # nothing else to wait for
-            if not busy and (
-                self.stopping or (self.burst and not claimed and not self._retries_pending())
-            ):
+            try:
+                if self._turn(listener, backoff):
+                    return
+                backoff = self.poll_min if self._progress else min(backoff * 2, self.poll_max)
+                outage.over()
+            except StoreError as exc:
+                self._claim_due = True  # look again once the store answers
+                self._handle_outage(listener, outage.pause(exc))
+
+    def _turn(self, listener: Listener, backoff: float) -> bool:
+        """One turn of the loop; True when the pool is done."""
+        claimed = self._fill()
+        busy = any(s.task is not None for s in self.slots)
+        if not busy and self._unwritten:
+            self._flush()  # nothing else to wait for
+        if not busy and (
+            self.stopping or (self.burst and not claimed and not self._retries_pending())
+        ):
+            return True
+        self._progress = bool(claimed)
+        pushes = self.store.capabilities.pushes_notifications and listener.fileno() is not None
+        if self._wait(listener, busy, IDLE_RECHECK if pushes and not busy else backoff):
+            self._progress = True
+        return False
+
+    def _handle_outage(self, listener: Listener, seconds: float) -> None:
+        """The store failed: keep the jobs running (their outcomes wait their turn), stop
+        those whose lock is gone, and try again after ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while True:
+            with contextlib.suppress(StoreError):  # the outage goes on: tried again at the end
+                self._wait(listener, True, max(0.0, deadline - time.monotonic()))
+            if time.monotonic() >= deadline or self.stopping:
                 return
-            backoff = self.poll_min if claimed else min(backoff * 2, self.poll_max)
-            if self._wait(listener, busy, IDLE_RECHECK if pushes and not busy else backoff):
-                backoff = self.poll_min
 
     def _wait(self, listener: Listener, busy: bool, idle_wait: float) -> bool:
         """Wait for the next thing to do and do it; True when a job became claimable."""
@@ -474,7 +532,8 @@ class Pool:
             self.store.check_locks()
             self._check_locks()
         claimable = False
-        if listener.fileno() in ready:
+        # no fd: the listener polls, or is reconnecting; either way it cannot tell, so look
+        if listener.fileno() is None or listener.fileno() in ready:
             claimable = listener.drain()
             if busy and self._check_at is None:
                 self._check_at = time.monotonic() + CHECK_EVERY

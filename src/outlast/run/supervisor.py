@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import select
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from outlast.errors import JobNotFound, OutlastError, WorkerLockHeld
+from outlast.errors import JobNotFound, OutlastError, StoreError, WorkerLockHeld
 from outlast.model import ErrorInfo, JobState, Status
 from outlast.run import procs
 from outlast.run.logs import LogWriter
@@ -135,6 +137,9 @@ class Run:
             self.pidfd: int | None = None
             self.kill_at: float | None = None  # set once the command got SIGTERM
             self.stopped = False
+            #: The worker lock was lost (the database restarted, the network was cut): the
+            #: attempt is another's to judge; nothing is written.
+            self.lost = False
             try:
                 self.pidfd = os.pidfd_open(self.proc.pid)
                 task.set_pid(self.proc.pid, procs.start_time(self.proc.pid))
@@ -157,10 +162,14 @@ class Run:
             self.kill_at = time.monotonic() + self.grace
 
     def _still_ours(self) -> bool:
+        """Whether the job is still this attempt's; while the store cannot say (it is
+        restarting), yes: the worker lock decides (a lost one stops the command)."""
         try:
             now = self.store.get(self.state.id)
         except JobNotFound:
             return False
+        except StoreError:
+            return True
         return now.status == Status.RUNNING and now.attempts == self.task.attempt
 
     def _read_pipe(self) -> None:
@@ -188,6 +197,8 @@ class Run:
         timeout = None if self.kill_at is None else max(0.0, self.kill_at - time.monotonic())
         if self.pidfd is None:  # the command is gone: give what it left a moment, then end it
             timeout = 0.2 if timeout is None else min(timeout, 0.2)
+        if listener.fileno() is None:  # reconnecting to the store: look now and then
+            timeout = 1.0 if timeout is None else min(timeout, 1.0)
         ready, _, _ = select.select(fds, [], [], timeout)
         if self.pipe is not None and self.pipe in ready:
             self._read_pipe()
@@ -196,14 +207,15 @@ class Run:
             os.close(self.pidfd)
             self.pidfd = None
         procs.reap_adopted(skip=self.proc.pid)
-        if listener.fileno() in ready:
+        if listener.fileno() is None or listener.fileno() in ready:
             listener.drain()
             if not self.stopped and not self._still_ours():
                 self.stop()
         if lock_fd is not None and lock_fd in ready:
             self.store.check_locks()
             if not self.task.lock_alive():
-                self.stop()  # the lock was taken away: someone may run the job now
+                self.lost = True  # the lock was taken away: someone may run the job now
+                self.stop()
         if not ready and self.pidfd is None and self.kill_at is None:
             self.stop()  # leftovers of a finished command still hold its output: end them
         if self.kill_at is not None and time.monotonic() >= self.kill_at:
@@ -250,15 +262,33 @@ def _attempt(store: Store, task: Task, state: JobState, log: LogWriter) -> Statu
         if run is not None:
             run.cleanup()
         raise
-    if run.stopped and code != 0 and task.state().terminal:
+    if run.lost:
+        return None  # fenced: whoever reconciles the job (its lock is free) retries it
+    if run.stopped and code != 0 and _persist(task.state).terminal:
         return None  # canceled: the state already says so
     if code == 0:
-        task.succeed({"exit_code": 0})
-        return Status.SUCCEEDED
+        return _persist(lambda: task.succeed({"exit_code": 0})).status
     error = ErrorInfo(
         "error", describe_exit(code), hint=f"see `outlast logs {job_id}`", type="ExitStatus"
     )
-    return task.fail(error, keep_worker=True).status
+    return _persist(lambda: task.fail(error, keep_worker=True)).status
+
+
+def _persist(write: Callable[[], JobState], patience: float = 600.0) -> JobState:
+    """``write()``, tried again with backoff while the store fails (a database restarting),
+    for up to ``patience`` seconds: how the command ended is not lost to a short outage. (A
+    write after the worker lock was lost is refused by its attempt token, as it must be.)"""
+    deadline = time.monotonic() + patience
+    delay = 0.1
+    while True:
+        try:
+            return write()
+        except StoreError as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            print(f"outlast supervisor: {exc}; retrying", file=sys.stderr, flush=True)
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 10.0)
 
 
 def supervise(store: Store, job_id: str) -> int:

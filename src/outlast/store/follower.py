@@ -20,12 +20,15 @@ job the same way, written once here:
 
 from __future__ import annotations
 
+import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from outlast.errors import StoreError
 from outlast.model import JobState, ProgressEvent, Status, utcnow
+from outlast.store.common import log
 
 if TYPE_CHECKING:  # only for annotations: the store module imports this one
     from outlast.store.base import Reconciler, Store
@@ -127,13 +130,37 @@ def follow(
     follower = Follower(store, job_id, after, reconcile=reconcile, until=until, events=events)
     with store.listen([job_id]) as listener:
         while True:
-            yield follower.read()
+            yield _read_through_outages(follower, deadline)
             if follower.done:
                 return
             wait = follower.wait_for(deadline)
             if deadline is not None and time.monotonic() >= deadline:
                 return
             listener.wait(wait)
+
+
+def _read_through_outages(follower: Follower, deadline: float | None) -> Update:
+    """:meth:`Follower.read`, riding out a store that fails for a while (a database
+    restarting): tried again with backoff and jitter until it answers, or ``deadline``
+    passes (then the store's error is raised)."""
+    delay = 0.0
+    while True:
+        try:
+            update = follower.read()
+        except StoreError as exc:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+            if not delay:
+                log.warning("following job %s: %s; retrying", follower.job_id, exc)
+            delay = min(5.0, max(0.1, delay * 2))
+            pause = delay * (0.5 + random.random())
+            if deadline is not None:
+                pause = max(0.0, min(pause, deadline - time.monotonic()))
+            time.sleep(pause)
+            continue
+        if delay:
+            log.warning("following job %s: the store answers again", follower.job_id)
+        return update
 
 
 def wait_until_due(store: Store, job_id: str) -> JobState | None:
