@@ -41,14 +41,12 @@ import contextlib
 import json
 import logging
 import os
-import random
 import select
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -58,6 +56,7 @@ from outlast.ids import check_queue
 from outlast.model import ErrorCode, ErrorInfo, Kind, Status, utcnow
 from outlast.run.execute import Outcome, transition
 from outlast.run.maintain import Maintainer
+from outlast.run.slots import JobProcess, Outage, Slot
 from outlast.store import Listener, Store, Task, open_store
 
 log = logging.getLogger("outlast.worker")
@@ -69,70 +68,6 @@ FLUSH_BATCH = 16  # outcomes written at once without waiting out FLUSH_DELAY
 PREFETCH = 8  # jobs claimed ahead per process: claims are batched, at the cost of holding them
 PREFETCH_BELOW = 0.05  # seconds: only jobs shorter than this (on average) are claimed ahead
 KINDS = [Kind.FUNCTION, Kind.PIPELINE]  # what pools run (commands have their supervisors)
-
-
-class Outage:
-    """Backoff with jitter while the store fails, and one log line for the outage and one
-    for its end, not one per try."""
-
-    MIN, MAX = 0.1, 5.0
-
-    def __init__(self) -> None:
-        self.delay = 0.0
-        self.since: float | None = None
-
-    def pause(self, exc: BaseException) -> float:
-        if self.since is None:
-            self.since = time.monotonic()
-            log.warning("the store failed (%s); going on, and retrying with backoff", exc)
-        self.delay = min(self.MAX, max(self.MIN, self.delay * 2))
-        return self.delay * (0.5 + random.random())
-
-    def over(self) -> None:
-        if self.since is not None:
-            log.warning("the store answers again after %.1f s", time.monotonic() - self.since)
-            self.since, self.delay = None, 0.0
-
-
-class JobProcess:
-    """A job process and a pidfd that becomes readable when it exits."""
-
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-        self.sentinel = os.pidfd_open(popen.pid)
-
-    @property
-    def exitcode(self) -> int | None:
-        return self.popen.poll()
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-
-    def reap(self, timeout: float) -> None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout)
-        if self.sentinel >= 0 and self.popen.returncode is not None:
-            os.close(self.sentinel)
-            self.sentinel = -1
-
-
-@dataclass
-class Slot:
-    """One job process and the job it runs, if any."""
-
-    process: JobProcess
-    conn: Connection
-    task: Task | None = None
-    deadline: float | None = None
-    kill_at: float | None = None
-    #: The job's worker lock was lost: whatever its process says, nothing is written.
-    lost: bool = False
-    #: The job is being canceled and runs its cleanup (until ``kill_at``).
-    canceling: bool = False
-    #: When the job was handed to the process (monotonic), for the pool's mean job time.
-    started: float = 0.0
 
 
 class Pool:
