@@ -117,3 +117,46 @@ def test_check_json_refuses_what_is_not_json_and_says_what(value: object, says: 
 def test_check_json_takes_the_deepest_allowed_nesting() -> None:
     value = _nested(machine.MAX_JSON_DEPTH - 1)
     assert machine.check_json(value, "x") is value
+
+
+def test_an_attempt_that_never_started_is_given_back() -> None:
+    change = machine.give_back(_running_pipeline(), utcnow())
+    assert change is not None and change.claimable
+    state = change.state
+    assert state.status == Status.PENDING and state.worker is None
+    assert (state.attempts, state.max_attempts) == (1, 2)  # the token stays; one more allowed
+    assert change.events[0].message["released"] is True  # type: ignore[index]
+    # a cancel asked meanwhile is abandon's to finish (it may have cleanup to run)
+    assert machine.give_back(_running_pipeline(canceling=True), utcnow()) is None
+
+
+def test_a_journaled_outcome_is_recorded_like_the_pool_would() -> None:
+    job = _running_pipeline().evolve(kind=Kind.FUNCTION, pipeline=None)
+    done = machine.record(job, machine.Outcome("succeed", {"n": 1}), 1, utcnow(), 0.05)
+    assert done is not None and done.state.status == Status.SUCCEEDED
+    assert done.state.result == {"n": 1}
+    # fenced: an outcome of another attempt, or of a job that moved on, writes nothing
+    assert machine.record(job, machine.Outcome("succeed"), 2, utcnow(), 0.05) is None
+    assert machine.record(done.state, machine.Outcome("succeed"), 1, utcnow(), 0.05) is None
+    assert machine.record(job, machine.Outcome("gone"), 1, utcnow(), 0.05) is None
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        machine.Outcome("succeed", [1, "x"]),
+        machine.Outcome("fail", error=machine.error_info(ValueError("bad")), retry=False),
+        machine.Outcome("pause", {"q": "?"}),
+        machine.Outcome("cancel"),
+    ],
+    ids=lambda o: o.verb,
+)
+def test_an_outcome_survives_its_journal_record(outcome: machine.Outcome) -> None:
+    import json
+
+    assert machine.Outcome.from_dict(json.loads(json.dumps(outcome.to_dict()))) == outcome
+
+
+def test_a_bad_outcome_record_is_refused() -> None:
+    with pytest.raises(ValueError):
+        machine.Outcome.from_dict({"verb": "explode"})

@@ -291,6 +291,10 @@ def release(state: JobState, attempt: int | None, now: datetime) -> Change | Non
     """
     if fenced_out(state, attempt) or state.status != Status.RUNNING:
         return None
+    return _given_back(state, now, {"released": True})
+
+
+def _given_back(state: JobState, now: datetime, message: dict[str, Any]) -> Change:
     new = state.evolve(
         status=Status.PENDING,
         max_attempts=state.max_attempts + 1,
@@ -298,8 +302,7 @@ def release(state: JobState, attempt: int | None, now: datetime) -> Change | Non
         run_after=None,
         updated_at=now,
     )
-    event = NewEvent(JOB_STEP, EventStatus.PROGRESS, {"released": True})
-    return Change(new, (event,), claimable=True)
+    return Change(new, (NewEvent(JOB_STEP, EventStatus.PROGRESS, message),), claimable=True)
 
 
 def _cleanup_pending(state: JobState) -> bool:
@@ -327,6 +330,72 @@ def _finalize(
     )
     message["finalize"] = True
     return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt came to: ``succeed``, ``fail``, ``pause``, ``cancel``, ``abort`` (a
+    cancel whose cleanup its worker had to cut short) or ``gone`` (nothing to write)."""
+
+    verb: str
+    value: JSON = None
+    error: ErrorInfo | None = None
+    retry: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        error = None if self.error is None else self.error.to_dict()
+        return {"verb": self.verb, "value": self.value, "error": error, "retry": self.retry}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Outcome:
+        """Raises ``ValueError`` (or :class:`~outlast.errors.CorruptJob`) for a bad record."""
+        verb, error = data["verb"], data.get("error")
+        if verb not in OUTCOMES or not isinstance(data.get("retry", True), bool):
+            raise ValueError(f"not an outcome: {data!r:.80}")
+        info = None if error is None else ErrorInfo.from_dict(error)
+        return cls(verb, data.get("value"), info, data.get("retry", True))
+
+
+OUTCOMES = ("succeed", "fail", "pause", "cancel", "abort", "gone")
+
+
+def record(
+    state: JobState,
+    outcome: Outcome,
+    attempt: int,
+    now: datetime,
+    delay_base: float,
+    keep_worker: bool = False,
+) -> Change | None:
+    """The change that records ``outcome`` of attempt ``attempt`` (None: nothing to write, or
+    the job is no longer that attempt's)."""
+    verb = outcome.verb
+    if verb == "succeed":
+        return succeed(state, attempt, outcome.value, now)
+    if verb == "fail" and outcome.error is not None:
+        return fail(state, attempt, outcome.error, outcome.retry, delay_base, now, keep_worker)
+    if verb == "pause":
+        return pause(state, attempt, outcome.value, now)
+    if verb == "cancel":  # only while the job is still this attempt's
+        return None if fenced_out(state, attempt) else cancel(state, now)
+    if verb == "abort" and outcome.error is not None:
+        return cancel_now(state, attempt, outcome.error, now)
+    return None
+
+
+def give_back(state: JobState, now: datetime) -> Change | None:
+    """Reconcile a job claimed by a worker that died before it started the job's function
+    (a pool's claim ahead): back to pending with the attempt given back (``max_attempts``
+    raised, as :func:`release` does), so ``attempts`` counts starts. A cancel asked
+    meanwhile is left to :func:`abandon`."""
+    if state.status != Status.RUNNING or state.cancel_requested:
+        return None
+    message = {
+        "attempt": state.attempts,
+        "released": True,
+        "reason": "its worker died before starting it: the attempt is not counted",
+    }
+    return _given_back(state, now, message)
 
 
 def abandon(state: JobState, now: datetime) -> Change | None:

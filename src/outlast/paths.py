@@ -66,10 +66,14 @@ def sqlite_side_dir(db_path: str) -> str:
     return f"{db_path}.d"
 
 
+def worker_file_name(worker: str) -> str:
+    """A worker's name (``host:pid``) made path-safe."""
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in worker)
+
+
 def liveness_lock_name(worker: str) -> str:
-    """The file name of a worker process's liveness lock (``host:pid`` made path-safe)."""
-    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in worker)
-    return f"@{safe}.lock"
+    """The file name of a worker process's liveness lock."""
+    return f"@{worker_file_name(worker)}.lock"
 
 
 def liveness_lock_path(url: str, worker: str) -> str | None:

@@ -73,10 +73,11 @@ class Worker:
 class Harness:
     """One test's store, the workers it started, and helpers to submit and wait."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, url: str | None = None) -> None:
+        """``url``: the store (by default a SQLite file in ``tmp``)."""
         os.chmod(tmp, 0o700)  # a store folder open to others makes outlast warn on stderr
         self.tmp = tmp
-        self.url = f"sqlite://{tmp}/s.db"
+        self.url = url or f"sqlite://{tmp}/s.db"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTLAST_", "WORKER_"))}
         env.pop("PYTHONWARNINGS", None)
         env.update(
@@ -218,7 +219,8 @@ class Harness:
             if proc.pid == os.getpid():
                 continue
             with contextlib.suppress(psutil.Error, OSError):
-                if mine in proc.environ().get("OUTLAST_STORE", ""):
+                theirs = proc.environ().get("OUTLAST_STORE", "")
+                if theirs == self.url or mine in theirs:
                     os.kill(proc.pid, signal.SIGKILL)
         self.store.close()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import time
 from typing import Any
 
@@ -35,6 +36,16 @@ def record(path: str, sleep: float = 0.0) -> str:
     job_id = outlast.current().job_id
     append(path, job_id)
     return job_id
+
+
+@outlast.job(name="pt.stop_pool")
+def stop_pool(path: str) -> str:
+    """Append this job's id to ``path``, SIGSTOP the pool that runs it, and return: the pool
+    cannot write the outcome, which only the job's process and its journal know."""
+    job_id = outlast.current().job_id
+    append(path, job_id)
+    os.kill(os.getppid(), signal.SIGSTOP)
+    return f"stopped by {job_id}"
 
 
 @outlast.job(name="pt.timed", attempts=10)

@@ -9,29 +9,18 @@ sure it never lands on a job that was canceled or taken away meanwhile.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from outlast import config, machine
 from outlast.errors import Canceled, Fail, OutlastError, Pause
 from outlast.frozen import thaw
-from outlast.model import JSON, ErrorInfo, JobState, Kind, utcnow
+from outlast.machine import Outcome
+from outlast.model import JobState, Kind, utcnow
 from outlast.run import context, registry
 from outlast.run.pipeline import run_pipeline
 from outlast.store import Store, Task, Transition
 
 log = logging.getLogger("outlast.worker")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one attempt came to: ``succeed``, ``fail``, ``pause``, ``cancel``, ``abort`` (a
-    cancel whose cleanup its worker had to cut short) or ``gone`` (nothing to write)."""
-
-    verb: str
-    value: JSON = None
-    error: ErrorInfo | None = None
-    retry: bool = True
 
 
 def _call(spec: registry.JobSpec, task: Task, state: JobState) -> Any:
@@ -83,20 +72,10 @@ def run_attempt(store: Store, job_id: str, attempt: int, state: JobState | None 
 
 def transition(outcome: Outcome, attempt: int, keep_worker: bool = False) -> Transition | None:
     """The store transition that records ``outcome`` (None for nothing to write)."""
-    verb = outcome.verb
-    if verb == "succeed":
-        return lambda s: machine.succeed(s, attempt, outcome.value, utcnow())
-    if verb == "fail" and outcome.error is not None:
-        error, retry, base = outcome.error, outcome.retry, config.retry_delay()
-        return lambda s: machine.fail(s, attempt, error, retry, base, utcnow(), keep_worker)
-    if verb == "pause":
-        return lambda s: machine.pause(s, attempt, outcome.value, utcnow())
-    if verb == "cancel":  # only while the job is still this attempt's
-        return lambda s: None if machine.fenced_out(s, attempt) else machine.cancel(s, utcnow())
-    if verb == "abort" and outcome.error is not None:  # a cancel whose cleanup was cut short
-        aborted = outcome.error
-        return lambda s: machine.cancel_now(s, attempt, aborted, utcnow())
-    return None
+    if outcome.verb == "gone":
+        return None
+    base = config.retry_delay()
+    return lambda s: machine.record(s, outcome, attempt, utcnow(), base, keep_worker)
 
 
 def execute(store: Store, job_id: str, attempt: int, dedicated: bool = False) -> None:

@@ -1,11 +1,18 @@
 """A pool's job process: runs the jobs its pool sends, one at a time, until told to stop.
 
-Started by the pool as ``python -m outlast.run.jobproc FD STORE_URL [MODULE…]`` (not through
-multiprocessing, which would re-import the user's ``__main__``). ``FD`` is its end of a socket
-pair carrying ``(job_id, attempt, document)`` in and the attempt's outcome back out; the pool
-writes it. The document is the job as claimed, so a job starts without reading the store.
-It dies with its pool (parent-death signal) and ignores SIGINT/SIGTERM, which are the pool's
-to handle; SIGUSR1 tells the running job that it was canceled.
+Started by the pool as ``python -m outlast.run.jobproc FD STORE_URL JOURNAL [MODULE…]`` (not
+through multiprocessing, which would re-import the user's ``__main__``). ``FD`` is its end of a
+socket pair carrying ``(job_id, attempt, document, acked)`` in and the attempt's outcome back
+out; the pool writes it. The document is the job as claimed, so a job starts without reading
+the store.
+
+Around the call the process journals the attempt's start and its outcome (``JOURNAL`` names the
+pool and its token; see :mod:`outlast.store.journal`), so a pool killed at any moment neither
+counts an attempt that never started nor runs again a function that returned; ``acked`` lists
+the attempts whose outcomes the pool wrote since (their records may go).
+
+It dies with its pool (parent-death signal) and ignores SIGINT/SIGTERM, which are the pool's to
+handle; SIGUSR1 tells the running job that it was canceled.
 """
 
 from __future__ import annotations
@@ -36,8 +43,10 @@ def main(argv: list[str]) -> int:
     from outlast.store import open_store
 
     context.install_cancel_handler()
-    registry.import_modules(argv[2:])
+    registry.import_modules(argv[3:])
     store = open_store(argv[1])
+    pool, token = json.loads(argv[2])
+    journal = store.journal(pool, f"{token}+{os.getpid()}")
     conn.send("ready")
     while True:
         try:
@@ -46,12 +55,16 @@ def main(argv: list[str]) -> int:
             return 0
         if message is None:
             return 0
-        job_id, attempt, doc = message
+        job_id, attempt, doc, acked = message
+        journal.written(acked)
         try:
             state = codec.decode(job_id, doc)
         except CorruptJob:
             state = None  # read it from the store instead, which says what is wrong
-        conn.send(run_attempt(store, job_id, attempt, state))
+        journal.started((job_id, attempt))  # from here on, the attempt counts
+        outcome = run_attempt(store, job_id, attempt, state)
+        journal.returned((job_id, attempt), outcome)  # durable before the pool has it
+        conn.send(outcome)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import select
 import signal
 import socket
@@ -53,11 +54,12 @@ from typing import Any
 from outlast import codec, config
 from outlast.errors import InvalidInput, JobNotFound, OutlastError, StoreError
 from outlast.ids import check_queue
+from outlast.machine import Outcome
 from outlast.model import ErrorCode, ErrorInfo, Kind, Status, utcnow
-from outlast.run.execute import Outcome, transition
+from outlast.run.execute import transition
 from outlast.run.maintain import Maintainer
 from outlast.run.slots import JobProcess, Outage, Slot
-from outlast.store import Listener, Store, Task, open_store
+from outlast.store import Journal, Listener, Store, Task, open_store, worker_name
 
 log = logging.getLogger("outlast.worker")
 IDLE_RECHECK = 60.0  # seconds an idle pool sleeps at most on a store with notifications
@@ -111,6 +113,11 @@ class Pool:
         self._unwritten: list[tuple[Task, Outcome]] = []  # outcomes not written yet
         self._mean_run: float | None = None  # a moving mean of job run times, seconds
         self._flush_at: float | None = None
+        # The attempt journal (see outlast.store.journal): this process's, and its job
+        # processes' (one each, named by the pool's token and the process's PID).
+        self.token = secrets.token_hex(4)
+        self.journal = store.journal(worker_name(), f"{self.token}+pool")
+        self._retired: list[Journal] = []  # journals of job processes that were replaced
 
     # ------------------------------------------------------------ job processes
     def _start_process(self) -> Slot:
@@ -140,7 +147,9 @@ class Pool:
     def _spawn(self) -> tuple[JobProcess, Connection]:
         ours, theirs = socket.socketpair()
         env = dict(os.environ, OUTLAST_SYS_PATH=json.dumps(sys.path))
+        journal = json.dumps([worker_name(), self.token])
         argv = [sys.executable, "-m", "outlast.run.jobproc", str(theirs.fileno()), self.store.url]
+        argv.append(journal)
         try:
             popen = subprocess.Popen(
                 [*argv, *self.imports],
@@ -162,15 +171,21 @@ class Pool:
             raise
         return process, Connection(ours.detach())
 
+    def _slot_journal(self, slot: Slot) -> Journal:
+        return self.store.journal(worker_name(), f"{self.token}+{slot.process.pid}")
+
     def _restart(self, slot: Slot) -> None:
-        """Kill the slot's process (if alive) and put a fresh one in its place."""
+        """Kill the slot's process (if alive) and put a fresh one in its place (its journal
+        is kept until the outcomes it holds are written)."""
         slot.process.kill()
         slot.process.reap(5)
         slot.conn.close()
+        self._retired.append(self._slot_journal(slot))
         fresh = self._start_process()
         slot.process, slot.conn = fresh.process, fresh.conn
         slot.task = slot.deadline = slot.kill_at = None
         slot.lost = slot.canceling = False
+        slot.unacked, slot.acked = [], []
 
     # ------------------------------------------------------------ jobs
     def _assign(self, slot: Slot, task: Task) -> None:
@@ -179,8 +194,17 @@ class Pool:
         slot.task, slot.kill_at, slot.lost, slot.started = task, None, False, now
         slot.canceling = False
         slot.deadline = None if state.timeout is None else now + state.timeout
-        # the claimed state goes along, so the job process need not read it back
-        slot.conn.send((task.id, task.attempt, codec.encode(state)))
+        # the claimed state goes along, so the job process need not read it back; and which
+        # of its outcomes are written since (their journal records may go)
+        slot.conn.send((task.id, task.attempt, codec.encode(state), slot.acked))
+        slot.acked = []
+
+    def _journaled(self, task: Task, outcome: Outcome) -> tuple[Task, Outcome]:
+        """An outcome the pool itself decided (a timeout, a dead process), made durable
+        first like those of its job processes."""
+        assert task.attempt is not None
+        self.journal.returned((task.id, task.attempt), outcome)
+        return task, outcome
 
     def _record(self, done: list[tuple[Task, Outcome]]) -> None:
         """Queue outcomes to be written together (see :meth:`_flush_if_full`)."""
@@ -214,6 +238,16 @@ class Pool:
             raise
         self.store.release_worker_locks([task for task, _ in done])
         self.processed += len(done)
+        written = {(task.id, task.attempt or 0) for task, _ in done}
+        self.journal.written(written)
+        for slot in self.slots:  # told with their next job
+            if slot.unacked:
+                slot.acked += [k for k in slot.unacked if k in written]
+                slot.unacked = [k for k in slot.unacked if k not in written]
+        if self._retired and not self._unwritten:
+            for journal in self._retired:
+                journal.discard()
+            self._retired = []
 
     def _fill(self) -> int:
         """Start what can start from the jobs at hand; claim when fewer are at hand than idle
@@ -234,6 +268,7 @@ class Pool:
             want = idle + ahead * self.concurrency - len(self.backlog)
             tasks = self.store.claim(None, want, self.queues, KINDS)
             self.backlog.extend(tasks)
+            self.journal.claimed([(t.id, t.attempt) for t in tasks if t.attempt is not None])
             claimed = len(tasks)
             self.claims += 1
             self._claim_due = bool(tasks)
@@ -323,7 +358,11 @@ class Pool:
                 if slot.task is not None:
                     # a job stopped for a lost lock is not canceled: it is abandoned, and
                     # whoever reconciles it fails it over
-                    done.append((slot.task, Outcome("gone") if slot.lost else outcome))
+                    if slot.lost:
+                        outcome = Outcome("gone")
+                    elif outcome.verb != "gone":
+                        slot.unacked.append((slot.task.id, slot.task.attempt or 0))
+                    done.append((slot.task, outcome))
                     self._note_run(time.monotonic() - slot.started)
                 slot.task = slot.deadline = slot.kill_at = None
                 slot.lost = slot.canceling = False
@@ -337,7 +376,8 @@ class Pool:
                 error = ErrorInfo(
                     ErrorCode.ERROR, f"the job's process died ({what})", type="WorkerDied"
                 )
-                done.append((slot.task, Outcome("gone" if slot.lost else "fail", error=error)))
+                outcome = Outcome("gone" if slot.lost else "fail", error=error)
+                done.append(self._journaled(slot.task, outcome))
             self._restart(slot)
         if done:
             self._claim_due = True  # a process is free: look for its next job
@@ -359,12 +399,12 @@ class Pool:
                         "the job was canceled; its cleanup did not finish within the grace "
                         "period and was stopped",
                     )
-                    done.append((task, Outcome("abort", error=error)))
+                    done.append(self._journaled(task, Outcome("abort", error=error)))
                 else:
                     done.append((task, Outcome("gone")))  # canceled or lost: nothing to write
             elif slot.deadline is not None and now >= slot.deadline:
                 error = ErrorInfo(ErrorCode.TIMEOUT, "the job ran past its timeout")
-                done.append((task, Outcome("fail", error=error)))
+                done.append(self._journaled(task, Outcome("fail", error=error)))
             else:
                 continue
             self._restart(slot)
@@ -525,6 +565,9 @@ class Pool:
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
+        if not self._unwritten:  # everything is written: the journals have done their part
+            for journal in [self.journal, *self._retired, *map(self._slot_journal, self.slots)]:
+                journal.discard()
 
 
 def serve_forever(

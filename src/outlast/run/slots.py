@@ -9,7 +9,7 @@ import os
 import random
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 from outlast.store import Task
@@ -79,3 +79,7 @@ class Slot:
     canceling: bool = False
     #: When the job was handed to the process (monotonic), for the pool's mean job time.
     started: float = 0.0
+    #: Attempts whose outcome the process journaled and the pool has not written yet, and
+    #: those written since its last job (it is told with the next one).
+    unacked: list[tuple[str, int]] = field(default_factory=list)
+    acked: list[tuple[str, int]] = field(default_factory=list)

@@ -22,12 +22,14 @@ from outlast.store.base import (
 )
 from outlast.store.common import parse_label, worker_name
 from outlast.store.follower import Follower, follow, wait_until_due
+from outlast.store.journal import Journal
 from outlast.store.task import Reporter, Task
 
 __all__ = [
     "Applied",
     "Capabilities",
     "Follower",
+    "Journal",
     "Listener",
     "MaintenanceLock",
     "Reconciler",

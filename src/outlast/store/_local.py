@@ -3,6 +3,7 @@ the flock worker, liveness and maintenance locks, and the pulse files that wake 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -14,6 +15,7 @@ from outlast.model import JobState
 from outlast.store import notify
 from outlast.store.base import Capabilities, MaintenanceLock, Store
 from outlast.store.common import log, make_private_dir
+from outlast.store.journal import Fate, FileJournal, Journal, Key, journal_name, read_fates
 from outlast.store.locks import WorkerLocks
 
 #: The maintenance lock's file, among the liveness locks.
@@ -72,6 +74,8 @@ class LocalParts:
         self.liveness = WorkerLocks(make_private_dir(root / "locks"), suffix="")
         self.pulses = notify.Pulses(make_private_dir(root / "pulse"))
         self.logs = make_private_dir(root / "logs")
+        self.journals = make_private_dir(root / "journal")
+        self._fates: dict[str, tuple[object, dict[Key, Fate]]] = {}
 
     def pulse(self, job_id: str, claimable: bool) -> None:
         self.pulse_many({job_id: claimable})
@@ -150,6 +154,42 @@ class LocalParts:
             removed += self.liveness.remove_if_free(name)
         return removed
 
+    def fate(self, state: JobState) -> Fate:
+        """What the journal of the job's (dead) worker says of its current attempt. The
+        journals of one worker are read once while they do not change (a dead pool's jobs
+        are reconciled one by one)."""
+        if not state.worker:
+            return None
+        prefix = paths.worker_file_name(state.worker) + "+"
+        try:
+            with os.scandir(self.journals) as entries:
+                seen = sorted(
+                    (e.name, e.stat().st_size, e.stat().st_mtime_ns)
+                    for e in entries
+                    if e.name.startswith(prefix)
+                )
+        except OSError as exc:
+            raise StoreError(f"cannot read the attempt journals of {state.worker}: {exc}") from exc
+        if not seen:
+            return None
+        cached = self._fates.get(state.worker)
+        if cached is None or cached[0] != seen:
+            cached = (seen, read_fates(self.journals, state.worker))
+            self._fates = {state.worker: cached}  # one worker at a time is enough
+        return cached[1].get((state.id, state.attempts))
+
+    def sweep_journals(self, live_workers: set[str]) -> None:
+        """Remove the journals of dead workers none of whose jobs is left to reconcile."""
+        keep = {paths.worker_file_name(w) for w in live_workers}
+        with os.scandir(self.journals) as entries:
+            names = [e.name for e in entries]
+        for name in names:
+            worker = name.partition("+")[0]
+            if worker in keep or self.liveness.held(f"@{worker}.lock"):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.journals / name)
+
     def acquire(self, job_id: str) -> Any:
         return self.locks.acquire(job_id)
 
@@ -189,6 +229,12 @@ class LocalStore(Store):
     def maintenance_lock(self) -> MaintenanceLock:
         return FlockMaintenance(self.parts.liveness)
 
+    def journal(self, worker: str, label: str) -> Journal:
+        return FileJournal(self.parts.journals / journal_name(worker, label))
+
+    def _fate(self, state: JobState) -> Fate:
+        return self.parts.fate(state)
+
     def abandoned_jobs(self, thorough: bool = False) -> list[JobState]:
         """Only when a lock file was left by a dead holder (or ``thorough``): the live jobs
         whose worker is gone. The stale files are removed first: a missing lock is a free
@@ -199,4 +245,10 @@ class LocalStore(Store):
             raise StoreError(f"cannot look at the store's locks: {exc}") from exc
         if not stale and not thorough:
             return []
-        return [s for s in self._live_jobs() if self.abandoned(s)]
+        live = self._live_jobs()
+        if thorough:  # what the previous sweeps reconciled no longer needs its journal
+            try:
+                self.parts.sweep_journals({s.worker for s in live if s.worker})
+            except OSError as exc:
+                log.warning("cannot sweep the attempt journals: %s", exc)
+        return [s for s in live if self.abandoned(s)]

@@ -19,10 +19,11 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from outlast import machine
+from outlast import config, machine
 from outlast.errors import InvalidInput, JobNotFound
 from outlast.ids import DEDICATED, check_id, check_queue, new_id
 from outlast.machine import Change
@@ -37,6 +38,7 @@ from outlast.model import (
 )
 from outlast.store.common import check_labels, log, parse_label, worker_name
 from outlast.store.follower import follow
+from outlast.store.journal import NOT_STARTED, Fate, Journal
 from outlast.store.task import Task
 
 #: A pure transition: the current state in, the change to write (or None: nothing) out.
@@ -278,10 +280,12 @@ class Store(abc.ABC):
         and restarts dedicated workers; the CLI, pools and the server use that one.
         """
 
+        fate = self._fate(state)
+
         def apply(current: JobState) -> Change | None:
             if not self.abandoned(current):
                 return None
-            return machine.abandon(current, utcnow())
+            return _abandon(current, fate if current.attempts == state.attempts else None)
 
         return self._apply_one(state.id, apply).state
 
@@ -290,6 +294,15 @@ class Store(abc.ABC):
         reconcile. Cheap when nothing died: the local stores look only at their lock files
         (no query) unless ``thorough``; PostgreSQL asks one query joining ``pg_locks``."""
         return [s for s in self._live_jobs() if self.abandoned(s)]
+
+    def journal(self, worker: str, label: str) -> Journal:
+        """The attempt journal one process of ``worker`` (a pool, by its name) writes, named
+        ``label`` among them (see :mod:`outlast.store.journal`). This store keeps none."""
+        return Journal()
+
+    def _fate(self, state: JobState) -> Fate:
+        """What the journal of the job's worker says of its current attempt."""
+        return None
 
     def maintenance_lock(self) -> MaintenanceLock:
         """A new handle on the store's maintenance lock (see :class:`MaintenanceLock`)."""
@@ -517,8 +530,9 @@ class Store(abc.ABC):
                 return
             if self._hold_liveness(me):
                 for state in self._held_by(me):
+                    fate = self._fate(state)
                     try:
-                        self._apply_one(state.id, lambda s: _namesake(s, me))
+                        self._apply_one(state.id, partial(_namesake, me=me, old=state, fate=fate))
                     except JobNotFound:
                         continue
             self._live_as = (os.getpid(), me)
@@ -528,10 +542,27 @@ class Store(abc.ABC):
         return [s for s in self._live_jobs() if s.worker == worker]
 
 
-def _namesake(state: JobState, me: str) -> Change | None:
+def _namesake(state: JobState, me: str, old: JobState, fate: Fate) -> Change | None:
     if state.worker != me or state.status not in (Status.RUNNING, Status.PENDING):
         return None
     log.info(
         "job %s was held by a dead process named %s like this one: failing it over", state.id, me
     )
-    return machine.abandon(state, utcnow())
+    return _abandon(state, fate if state.attempts == old.attempts else None)
+
+
+def _abandon(state: JobState, fate: Fate) -> Change | None:
+    """The change that reconciles an abandoned job, given what its worker journaled of its
+    current attempt: given back if it never started, its outcome if it returned one, else
+    abandoned (:func:`outlast.machine.abandon`)."""
+    now = utcnow()
+    change = None
+    if fate == NOT_STARTED:
+        change = machine.give_back(state, now)
+    elif isinstance(fate, machine.Outcome) and (
+        state.cancel_requested or fate.verb not in ("cancel", "abort")
+    ):  # a job stopped with no cancel asked was stopped for a lost lock: abandoned
+        change = machine.record(state, fate, state.attempts, now, config.retry_delay())
+        if change is not None:
+            log.info("job %s: the outcome its dead worker journaled is written", state.id)
+    return change if change is not None else machine.abandon(state, now)

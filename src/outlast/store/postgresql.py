@@ -56,14 +56,16 @@ from typing import Any
 import psycopg
 
 from outlast import paths
-from outlast.errors import InvalidInput, StoreError
+from outlast.errors import InvalidInput, OutlastError, StoreError
+from outlast.machine import Outcome
 from outlast.model import JobState, Kind
 from outlast.store import _pg
 from outlast.store._pg import Conn
 from outlast.store._pglisten import PgListener
 from outlast.store._pglocks import HELD_SQL, AdvisoryLocks, PgMaintenance, lock_key
 from outlast.store.base import Capabilities, MaintenanceLock
-from outlast.store.common import decode_listing, make_private_dir
+from outlast.store.common import decode_listing, log, make_private_dir
+from outlast.store.journal import Fate, Journal, Key, line_fate, record_line
 from outlast.store.sql import LIVE, Dialect, Row, SqlStore, Write, tables
 
 SHARDS = 16
@@ -111,6 +113,8 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
             backfill_lock_keys,
             f"CREATE INDEX IF NOT EXISTS jobs_live ON {d.jobs} (worker) WHERE {LIVE}",
         ],
+        # the latest attempt journal record of the job (outlast.store.journal)
+        [f"ALTER TABLE {d.jobs} ADD COLUMN IF NOT EXISTS journal text"],
     ]
 
 
@@ -279,6 +283,32 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             raise
         return claimed
 
+    # ------------------------------------------------------------------ attempt journal
+    def journal(self, worker: str, label: str) -> Journal:
+        return _PgJournal(self)
+
+    def _fate(self, state: JobState) -> Fate:
+        sql = self.dialect.sql("SELECT journal FROM {jobs} WHERE id = ?")
+        rows = self._query("read the job's attempt journal", sql, (state.id,))
+        return line_fate(rows[0][0] if rows else None, (state.id, state.attempts))
+
+    def _journal_write(self, what: str, records: list[tuple[Key, str]]) -> None:
+        """Write journal records, each on its job's row, in one round trip that does not wait
+        for the disk flush. A failure is logged: the attempts then count as without them."""
+        if not records:
+            return
+        sql = self.dialect.sql(
+            "UPDATE {jobs} SET journal = r.line FROM unnest(?::text[], ?::text[]) AS r(id, line)"
+            " WHERE {jobs}.id = r.id"
+        )
+        ids, lines = [k[0] for k, _ in records], [line for _, line in records]
+        try:
+            with self._session(what) as conn:
+                script = _Script().add("BEGIN").add("SET LOCAL synchronous_commit = off")
+                script.add(sql, ids, lines).add("COMMIT").run(conn)
+        except OutlastError as exc:
+            log.warning("cannot %s: %s", what, exc)
+
     # ------------------------------------------------------------------ maintenance
     def maintenance_lock(self) -> MaintenanceLock:
         return PgMaintenance(self._db, lock_key(self.schema, "\0maintenance"))
@@ -311,3 +341,21 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         for level in (folder.parent.parent, folder.parent, folder):  # all private, not just logs
             make_private_dir(level)
         return folder / f"{job_id}.log"
+
+
+class _PgJournal(Journal):
+    """The attempt journal on PostgreSQL: the latest record of each job in its row's
+    ``journal`` column (see :mod:`outlast.store.journal`)."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    def claimed(self, keys: Sequence[Key]) -> None:
+        self.store._journal_write("journal claims", [(k, record_line("c", k)) for k in keys])
+
+    def started(self, key: Key) -> None:
+        self.store._journal_write("journal a start", [(key, record_line("s", key))])
+
+    def returned(self, key: Key, outcome: Outcome) -> None:
+        if outcome.verb != "gone":
+            self.store._journal_write("journal an outcome", [(key, record_line("o", key, outcome))])
