@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +62,7 @@ def test_a_killed_pool_burns_no_claimed_attempt_and_loses_no_returned_outcome(
     worker.kill()
 
     held = [s for s in pool.store.list(limit=None) if s.status == Status.RUNNING]
+    assert _journal_records(pool) > 0
     _reconcile_all(pool.store, len(ids) + 1)
 
     done = pool.get(stopper)
@@ -85,6 +87,15 @@ def test_a_killed_pool_burns_no_claimed_attempt_and_loses_no_returned_outcome(
     for state in states:  # attempts counted (those given back are not) = starts
         counted = state.attempts - (state.max_attempts - 1)
         assert counted == 1, state
+    pool.store.abandoned_jobs(thorough=True)  # a sweep forgets the dead pool's journal
+    assert _journal_records(pool) == 0
+
+
+def _journal_records(pool: Harness) -> int:
+    if pool.url.startswith("postgresql"):
+        store: Any = pool.store
+        return int(store._query("count", f'SELECT count(*) FROM "{store.schema}".journal')[0][0])
+    return len(list(pool.store.parts.journals.iterdir()))  # type: ignore[attr-defined]
 
 
 def test_a_pool_that_stops_leaves_no_journal(pool: Harness) -> None:

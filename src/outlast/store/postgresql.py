@@ -113,8 +113,12 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
             backfill_lock_keys,
             f"CREATE INDEX IF NOT EXISTS jobs_live ON {d.jobs} (worker) WHERE {LIVE}",
         ],
-        # the latest attempt journal record of the job (outlast.store.journal)
-        [f"ALTER TABLE {d.jobs} ADD COLUMN IF NOT EXISTS journal text"],
+        # the latest attempt journal record of each job (outlast.store.journal): unlogged,
+        # so a record costs no WAL and no flush (a server crash empties it)
+        [
+            f'CREATE UNLOGGED TABLE IF NOT EXISTS "{schema}".journal'
+            " (id text PRIMARY KEY, line text NOT NULL)"
+        ],
     ]
 
 
@@ -288,26 +292,36 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         return _PgJournal(self)
 
     def _fate(self, state: JobState) -> Fate:
-        sql = self.dialect.sql("SELECT journal FROM {jobs} WHERE id = ?")
+        sql = f'SELECT line FROM "{self.schema}".journal WHERE id = %s'
         rows = self._query("read the job's attempt journal", sql, (state.id,))
         return line_fate(rows[0][0] if rows else None, (state.id, state.attempts))
 
     def _journal_write(self, what: str, records: list[tuple[Key, str]]) -> None:
-        """Write journal records, each on its job's row, in one round trip that does not wait
-        for the disk flush. A failure is logged: the attempts then count as without them."""
-        if not records:
-            return
-        sql = self.dialect.sql(
-            "UPDATE {jobs} SET journal = r.line FROM unnest(?::text[], ?::text[]) AS r(id, line)"
-            " WHERE {jobs}.id = r.id"
-        )
-        ids, lines = [k[0] for k, _ in records], [line for _, line in records]
+        """Upsert journal records (the latest per job) in one statement. A failure is logged:
+        the attempts then count as without them."""
+        table = f'"{self.schema}".journal'
+        upsert = " ON CONFLICT (id) DO UPDATE SET line = excluded.line"
         try:
             with self._session(what) as conn:
-                script = _Script().add("BEGIN").add("SET LOCAL synchronous_commit = off")
-                script.add(sql, ids, lines).add("COMMIT").run(conn)
+                if len(records) == 1:  # the common case, one prepared statement
+                    ((key, line),) = records
+                    conn.execute(f"INSERT INTO {table} VALUES (%s, %s){upsert}", (key[0], line))
+                elif records:
+                    ids, lines = [k[0] for k, _ in records], [line for _, line in records]
+                    sql = f"INSERT INTO {table} SELECT * FROM unnest(%s::text[], %s::text[])"
+                    conn.execute(sql + upsert, (ids, lines))
         except OutlastError as exc:
             log.warning("cannot %s: %s", what, exc)
+
+    def _sweep_journal(self) -> None:
+        """Forget the records of jobs that no worker holds any more (done, or gone)."""
+        held = f"SELECT 1 FROM {self.dialect.jobs} WHERE id = j.id AND {LIVE}"
+        sql = f'DELETE FROM "{self.schema}".journal j WHERE NOT EXISTS ({held})'
+        try:
+            with self._session("sweep the attempt journal") as conn:
+                conn.execute(sql)
+        except OutlastError as exc:
+            log.warning("%s", exc)
 
     # ------------------------------------------------------------------ maintenance
     def maintenance_lock(self) -> MaintenanceLock:
@@ -318,7 +332,10 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         each once more, riding out a holder whose backend is still exiting)."""
         held = HELD_SQL.format(alias="j")
         sql = self.dialect.sql(f"SELECT j.id, j.doc FROM {{jobs}} j WHERE {LIVE} AND NOT {held}")
-        return decode_listing(self._query("find abandoned jobs", sql))
+        abandoned = decode_listing(self._query("find abandoned jobs", sql))
+        if thorough:  # what earlier sweeps reconciled no longer needs its journal
+            self._sweep_journal()
+        return abandoned
 
     # ------------------------------------------------------------------ notification, logs
     def listen(self, job_ids: list[str] | None = None, queue: bool = False) -> PgListener:
