@@ -139,6 +139,10 @@ def test_a_journaled_outcome_is_recorded_like_the_pool_would() -> None:
     assert machine.record(job, machine.Outcome("succeed"), 2, utcnow(), 0.05) is None
     assert machine.record(done.state, machine.Outcome("succeed"), 1, utcnow(), 0.05) is None
     assert machine.record(job, machine.Outcome("gone"), 1, utcnow(), 0.05) is None
+    # an attempt whose start could not be journaled was not started: given back
+    back = machine.record(job, machine.Outcome("release"), 1, utcnow(), 0.05)
+    assert back is not None and back.state.status == Status.PENDING
+    assert (back.state.attempts, back.state.max_attempts) == (job.attempts, job.max_attempts + 1)
 
 
 @pytest.mark.parametrize(

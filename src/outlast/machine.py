@@ -335,7 +335,8 @@ def _finalize(
 @dataclass(frozen=True)
 class Outcome:
     """What one attempt came to: ``succeed``, ``fail``, ``pause``, ``cancel``, ``abort`` (a
-    cancel whose cleanup its worker had to cut short) or ``gone`` (nothing to write)."""
+    cancel whose cleanup its worker had to cut short), ``release`` (not started after all:
+    the attempt is given back) or ``gone`` (nothing to write)."""
 
     verb: str
     value: JSON = None
@@ -356,7 +357,7 @@ class Outcome:
         return cls(verb, data.get("value"), info, data.get("retry", True))
 
 
-OUTCOMES = ("succeed", "fail", "pause", "cancel", "abort", "gone")
+OUTCOMES = ("succeed", "fail", "pause", "cancel", "abort", "release", "gone")
 
 
 def record(
@@ -380,6 +381,8 @@ def record(
         return None if fenced_out(state, attempt) else cancel(state, now)
     if verb == "abort" and outcome.error is not None:
         return cancel_now(state, attempt, outcome.error, now)
+    if verb == "release":
+        return release(state, attempt, now)
     return None
 
 

@@ -139,3 +139,22 @@ def test_a_wait_on_the_store_leaves_no_command_stranded(cli: Outlast) -> None:
     assert cli.status(task.id)["attempts"] in (2, 3)  # `outlast status` reconciles it
     until(lambda: cli.store.get(task.id).attempts == 3 or None, 20, "the third attempt")
     assert cli("cancel", task.id).code == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_command_job_whose_supervisor_never_took_it_is_started_by_who_looks(
+    cli: Outlast, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A supervisor that dies before its first write (a full disk) leaves its job pending
+    with no worker; a reader that reconciles it (``wait``, ``status``) starts another once
+    the job has waited :data:`reap.STRANDED_AFTER` seconds, instead of leaving it forever."""
+    from outlast.model import Kind, Status
+    from outlast.run import reap
+
+    out = tmp_path / "ran.txt"
+    task = cli.store.create(kind=Kind.COMMAND, command=["sh", "-c", f"echo ran > {out}"])
+    assert reap.reconcile(cli.store, cli.store.get(task.id)).status == Status.PENDING
+    monkeypatch.setattr(reap, "STRANDED_AFTER", 0.0)
+    state = reap.wait_for(cli.store, task.id, timeout=30)
+    assert state.status == Status.SUCCEEDED, state
+    assert out.read_text() == "ran\n"

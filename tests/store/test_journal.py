@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from outlast.machine import Outcome
+from outlast.run.api import create_job
 from outlast.store import journal, open_store, worker_name
 from outlast.store.journal import NOT_STARTED, FileJournal, read_fates
+from tests.pool import jobs_for_tests  # noqa: F401  (registers pt.noop)
+from tests.waiting import until
 
 WORKER = "host.example:12"
 
@@ -97,3 +104,94 @@ def test_a_dead_workers_journal_goes_once_its_jobs_are_reconciled(tmp_path: Path
         assert not list(folder.iterdir())
     finally:
         store.close()
+
+
+class _Witness(journal.Journal):
+    """Looks, from another handle on the store, at each attempt the claim journals."""
+
+    def __init__(self, url: str) -> None:
+        self.other = open_store(url)
+        self.seen: list[tuple[str, int, str]] = []
+
+    def claimed(self, keys: Sequence[journal.Key]) -> None:
+        for job_id, attempt in keys:
+            self.seen.append((job_id, attempt, self.other.get(job_id).status))
+
+
+def test_a_claim_journals_each_attempt_before_it_is_claimed(store_url: str) -> None:
+    """A pool killed between its claim and the journal would burn the claimed attempts: the
+    store journals each one before the write that claims it (pending still, seen from
+    outside), on every store."""
+    store = open_store(store_url)
+    ids = [create_job(store, "pt.noop", [], {}).id for _ in range(3)]
+    witness = _Witness(store_url)
+    try:
+        tasks = store.claim(limit=3, journal=witness)
+        assert sorted(t.id for t in tasks) == sorted(ids)
+        assert sorted(witness.seen) == sorted((t.id, t.attempt, "pending") for t in tasks)
+    finally:
+        witness.other.close()
+        store.close()
+
+
+_RUNNER = """
+import sys, time
+from outlast.store import open_store
+store = open_store(sys.argv[1])
+journal = store.journal("pool", "t+1")  # kept: its connection holds the job on PostgreSQL
+journal.started((sys.argv[2], int(sys.argv[3])))
+print("started", flush=True)
+time.sleep(60)
+"""
+
+_POOL = """
+import os, subprocess, sys
+from outlast.store import open_store
+store = open_store(sys.argv[1])
+[task] = store.claim()
+alive = store.liveness_fd()
+runner = subprocess.Popen(
+    [sys.executable, "-c", sys.argv[2], sys.argv[1], task.id, str(task.attempt)],
+    pass_fds=[] if alive is None else [alive], stdout=subprocess.PIPE, text=True,
+    stderr=subprocess.DEVNULL,
+)
+assert runner.stdout.readline() == "started\\n"
+print(runner.pid, flush=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_claimed_job_lives_while_the_process_running_it_lives(store_url: str) -> None:
+    """A pool killed while its job process still runs (the process dies a moment later, by
+    its parent-death signal) must not have its job reconciled in that moment, before the
+    process journals the outcome: the job lives as long as either does (the liveness lock
+    inherited on the local stores, the job process's own advisory lock on PostgreSQL)."""
+    store = open_store(store_url)
+    try:
+        job = create_job(store, "pt.noop", [], {})
+        pool = subprocess.run(
+            [sys.executable, "-c", _POOL, store_url, _RUNNER],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        runner = int(pool.stdout)
+        try:
+            state = store.get(job.id)
+            assert state.status == "running"
+            assert not store.abandoned(state), "the pool is gone, but its job process lives"
+        finally:
+            os.kill(runner, signal.SIGKILL)
+        until(lambda: store.abandoned(store.get(job.id)), 10, "the job to be abandoned")
+    finally:
+        store.close()
+
+
+def test_a_start_that_cannot_be_journaled_is_not_made(tmp_path: Path) -> None:
+    """A start record that cannot be written (a full disk, a folder gone) says so, and the
+    attempt is given back instead of run (see ``run_attempt``'s ``on_start``)."""
+    gone = FileJournal(tmp_path / "no-such-folder" / "j")
+    assert gone.started(("a", 1)) is False
+    assert _journal(tmp_path, "t+1").started(("a", 1)) is True

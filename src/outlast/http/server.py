@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import socket
@@ -44,6 +45,19 @@ def check_exposure(host: str, token: str | None) -> None:
         )
 
 
+def _raise_fd_limit() -> None:
+    """Lift the soft descriptor limit to the hard one (as servers do): the stream cap
+    (``OUTLAST_MAX_STREAMS``) is lowered to what the limit can hold, so a low soft limit
+    would refuse streams the machine allows."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1 << 16 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
 def serve(
     store_url: str | None,
     host: str = DEFAULT_HOST,
@@ -71,6 +85,7 @@ def serve(
     from outlast.store import open_store
 
     import_modules(list(imports))
+    _raise_fd_limit()
     store = open_store(store_url)
     maintainer = Maintainer(store)  # the server takes its turn at the store's maintenance
     try:

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import resource
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -132,12 +133,30 @@ class TooManyStreams(Exception):
     """A stream over the server's or the client's cap: answered 503 with Retry-After."""
 
 
+#: Descriptors a stream may hold, with room to spare (measured under a crowd: about 3 each,
+#: its socket, its listener's eventfd on a local store, and a share of the threads' store
+#: connections).
+FDS_PER_STREAM = 4
+#: Descriptors kept free of streams: the store, the logs, plain requests, the maintainer.
+FD_RESERVE = 128
+
+
+def fd_budget() -> int:
+    """How many streams this process's descriptor limit (``RLIMIT_NOFILE``) can hold beside
+    its reserve: the total cap is lowered to it, so streams past it get a 503, not a
+    server out of descriptors."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    return max(1, (soft - FD_RESERVE) // FDS_PER_STREAM)
+
+
 class Streams:
     """Counts the open streams, in all and per client address, and refuses one past either
     cap, so no client (or crowd) can take every descriptor of the server or its store."""
 
     def __init__(self, total: int, per_client: int) -> None:
-        self.total, self.per_client = total, per_client
+        self.total, self.per_client = min(total, fd_budget()), per_client
         self.open = 0
         self.by_client: dict[str, int] = {}
 

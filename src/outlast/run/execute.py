@@ -9,6 +9,7 @@ sure it never lands on a job that was canceled or taken away meanwhile.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from outlast import config, machine
@@ -32,10 +33,18 @@ def _call(spec: registry.JobSpec, task: Task, state: JobState) -> Any:
     return spec.fn(*thaw(state.call.args), **thaw(state.call.kwargs))
 
 
-def run_attempt(store: Store, job_id: str, attempt: int, state: JobState | None = None) -> Outcome:
+def run_attempt(
+    store: Store,
+    job_id: str,
+    attempt: int,
+    state: JobState | None = None,
+    on_start: Callable[[], bool] | None = None,
+) -> Outcome:
     """Run attempt ``attempt`` of ``job_id`` here and say how it ended (nothing is written
     but what the job reports itself). ``state``: the job as claimed, when the caller has it
-    (else it is read from the store)."""
+    (else it is read from the store); ``on_start`` is called just before the job's function
+    (a pool's job process journals the start there): if it says False, the function is not
+    called and the attempt is given back (``release``)."""
     task = Task(store, job_id, attempt=attempt)
     if state is None:
         try:
@@ -51,6 +60,8 @@ def run_attempt(store: Store, job_id: str, attempt: int, state: JobState | None 
             return Outcome(
                 "fail", error=machine.error_info(Fail(f"cannot load job: {exc}")), retry=False
             )
+        if on_start is not None and not on_start():
+            return Outcome("release")
         try:
             result = _call(spec, task, state)
         except Pause as exc:

@@ -4,7 +4,9 @@ Started by the pool as ``python -m outlast.run.jobproc FD STORE_URL JOURNAL [MOD
 through multiprocessing, which would re-import the user's ``__main__``). ``FD`` is its end of a
 socket pair carrying ``(job_id, attempt, document, acked)`` in and the attempt's outcome back
 out; the pool writes it. The document is the job as claimed, so a job starts without reading
-the store.
+the store. ``JOURNAL`` is JSON: the pool's name, its token, and the descriptor of its liveness
+lock (see :meth:`outlast.store.Store.liveness_fd`), inherited so that the pool's jobs stay
+alive while this process lives (or null).
 
 Around the call the process journals the attempt's start and its outcome (``JOURNAL`` names the
 pool and its token; see :mod:`outlast.store.journal`), so a pool killed at any moment neither
@@ -17,10 +19,12 @@ handle; SIGUSR1 tells the running job that it was canceled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
+from functools import partial
 from multiprocessing.connection import Connection
 
 
@@ -42,10 +46,13 @@ def main(argv: list[str]) -> int:
     from outlast.run.execute import run_attempt
     from outlast.store import open_store
 
+    pool, token, alive = json.loads(argv[2])
+    if alive is not None:  # the pool's liveness lock: ours, not our children's
+        os.set_inheritable(alive, False)
+        os.register_at_fork(after_in_child=partial(_close, alive))
     context.install_cancel_handler()
     registry.import_modules(argv[3:])
     store = open_store(argv[1])
-    pool, token = json.loads(argv[2])
     journal = store.journal(pool, f"{token}+{os.getpid()}")
     conn.send("ready")
     while True:
@@ -61,10 +68,16 @@ def main(argv: list[str]) -> int:
             state = codec.decode(job_id, doc)
         except CorruptJob:
             state = None  # read it from the store instead, which says what is wrong
-        journal.started((job_id, attempt))  # from here on, the attempt counts
-        outcome = run_attempt(store, job_id, attempt, state)
+        # the attempt counts from just before the function is called
+        on_start = partial(journal.started, (job_id, attempt))
+        outcome = run_attempt(store, job_id, attempt, state, on_start)
         journal.returned((job_id, attempt), outcome)  # durable before the pool has it
         conn.send(outcome)
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 if __name__ == "__main__":

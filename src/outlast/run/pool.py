@@ -145,15 +145,18 @@ class Pool:
         return [Slot(process, conn) for process, conn in started]
 
     def _spawn(self) -> tuple[JobProcess, Connection]:
+        # the pool's liveness, shared: its jobs look abandoned only once this process is
+        # dead too (so its journal is complete when they are reconciled)
+        alive = self.store.liveness_fd()
         ours, theirs = socket.socketpair()
         env = dict(os.environ, OUTLAST_SYS_PATH=json.dumps(sys.path))
-        journal = json.dumps([worker_name(), self.token])
+        journal = json.dumps([worker_name(), self.token, alive])
         argv = [sys.executable, "-m", "outlast.run.jobproc", str(theirs.fileno()), self.store.url]
         argv.append(journal)
         try:
             popen = subprocess.Popen(
                 [*argv, *self.imports],
-                pass_fds=[theirs.fileno()],
+                pass_fds=[theirs.fileno(), *([] if alive is None else [alive])],
                 stdin=subprocess.DEVNULL,
                 env=env,
             )
@@ -266,9 +269,8 @@ class Pool:
         due = self._claim_due or not self.store.capabilities.pushes_notifications
         if due and not self.stopping and len(self.backlog) < low:
             want = idle + ahead * self.concurrency - len(self.backlog)
-            tasks = self.store.claim(None, want, self.queues, KINDS)
+            tasks = self.store.claim(None, want, self.queues, KINDS, self.journal)
             self.backlog.extend(tasks)
-            self.journal.claimed([(t.id, t.attempt) for t in tasks if t.attempt is not None])
             claimed = len(tasks)
             self.claims += 1
             self._claim_due = bool(tasks)

@@ -2,19 +2,23 @@
 
 The store decides *whether* a job is abandoned (its worker lock is free) and writes its true
 state; this layer adds what only processes can do: kill the leftover process group of a
-command (identity checked by start time, so a reused PID is never signaled) and start a new
-supervisor for a command job that goes back to ``pending`` to retry.
+command (identity checked by start time, so a reused PID is never signaled), start a new
+supervisor for a command job that goes back to ``pending`` to retry, and start one again for
+a command job whose supervisor died before taking it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from functools import partial
 
 from outlast.ids import DEDICATED
-from outlast.model import ErrorInfo, JobState, Kind, ProgressEvent, Status
+from outlast.model import ErrorInfo, JobState, Kind, ProgressEvent, Status, utcnow
 from outlast.store import Store, use_reconciler, worker_name
 from outlast.store import follow as store_follow
+
+log = logging.getLogger("outlast.reap")
 
 
 def _same_host(state: JobState) -> bool:
@@ -22,8 +26,17 @@ def _same_host(state: JobState) -> bool:
     return not host or host == worker_name().rpartition(":")[0]
 
 
+#: Seconds after which a command or spawned job that no worker ever took (its worker died
+#: before its first write: a full disk) gets its worker started again by whoever looks.
+STRANDED_AFTER = 5.0
+
+
 def reconcile(store: Store, state: JobState) -> JobState:
-    """Return the job's true state, reconciling it first if its worker is gone."""
+    """Return the job's true state, reconciling it first if its worker is gone (or, for a
+    command or spawned job, never took it: see :data:`STRANDED_AFTER`)."""
+    if _stranded(state):
+        log.warning("job %s: its worker never started it; starting another", state.id)
+        return _restart(store, state)
     if not store.abandoned(state):
         return state
     if state.pid is not None and _same_host(state):
@@ -33,8 +46,23 @@ def reconcile(store: Store, state: JobState) -> JobState:
     after = store.reconcile(state)
     if after.status != Status.PENDING or after.worker is not None:
         return after
-    # Back to pending with nobody bound to it: restart a dedicated worker where pools won't
-    # (two reconcilers may both start one: the second finds the worker lock held and exits).
+    return _restart(store, after)
+
+
+def _stranded(state: JobState) -> bool:
+    if state.status != Status.PENDING or state.worker is not None:
+        return False
+    if state.kind != Kind.COMMAND and state.queue != DEDICATED:
+        return False  # a pool's to claim
+    now = utcnow()
+    if state.run_after is not None and state.run_after > now:
+        return False
+    return (now - state.updated_at).total_seconds() > STRANDED_AFTER
+
+
+def _restart(store: Store, after: JobState) -> JobState:
+    """Restart the dedicated worker of a pending job nobody is bound to, where pools won't
+    (two reconcilers may both start one: the second finds the job taken and exits)."""
     from outlast.run import spawn  # not at import: `outlast ls` and `status` rarely need it
 
     try:

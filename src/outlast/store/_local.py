@@ -14,7 +14,7 @@ from outlast.errors import StoreError
 from outlast.model import JobState
 from outlast.store import notify
 from outlast.store.base import Capabilities, MaintenanceLock, Store
-from outlast.store.common import log, make_private_dir
+from outlast.store.common import log, make_private_dir, worker_name
 from outlast.store.journal import Fate, FileJournal, Journal, Key, journal_name, read_fates
 from outlast.store.locks import WorkerLocks
 
@@ -123,6 +123,11 @@ class LocalParts:
                 return False
             _ALIVE[key] = (pid, self.liveness.acquire(paths.liveness_lock_name(worker)))
             return True
+
+    def liveness_fd(self, worker: str) -> int:
+        self.hold_liveness(worker)
+        with _ALIVE_LOCK:
+            return _ALIVE[str(self.liveness.path(paths.liveness_lock_name(worker)))][1]
 
     def worker_alive(self, worker: str | None) -> bool:
         if not worker:
@@ -234,6 +239,10 @@ class LocalStore(Store):
 
     def _fate(self, state: JobState) -> Fate:
         return self.parts.fate(state)
+
+    def liveness_fd(self) -> int | None:
+        self._live()
+        return self.parts.liveness_fd(worker_name())
 
     def abandoned_jobs(self, thorough: bool = False) -> list[JobState]:
         """Only when a lock file was left by a dead holder (or ``thorough``): the live jobs

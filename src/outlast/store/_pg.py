@@ -288,6 +288,10 @@ class Connections:
         finally:
             self._slots.release()
 
+    def take(self) -> Conn:
+        """A connection for the caller to keep (an idle one if there is one)."""
+        return self._take(self._idle)
+
     def take_listener(self) -> Conn:
         return self._take(self._idle_listeners, application_name="outlast-listen")
 

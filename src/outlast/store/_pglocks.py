@@ -41,6 +41,14 @@ def lock_key(schema: str, job_id: str) -> int:
     return int.from_bytes(digest.digest(), "big", signed=True)
 
 
+def lock_pair(key: int) -> tuple[int, int]:
+    """The two-key (``int4, int4``) form of ``key``: a lock of its own (``objsubid`` 2 in
+    ``pg_locks``, under the same ids), which a job process holds shared while it runs the
+    job, so the job stays alive until that process is dead too (claims never take it)."""
+    low = key & 0xFFFFFFFF
+    return key >> 32, low - (1 << 32) if low >= 1 << 31 else low
+
+
 def lock_ids(key: int) -> tuple[int, int]:
     """``(classid, objid)`` under which ``pg_locks`` shows a one-key advisory lock."""
     return (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF
@@ -51,7 +59,7 @@ HELD_SQL = (
     "EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'"
     " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
     " AND l.classid = (({alias}.lock_key >> 32) & 4294967295)::oid"
-    " AND l.objid = ({alias}.lock_key & 4294967295)::oid AND l.objsubid = 1 AND l.granted)"
+    " AND l.objid = ({alias}.lock_key & 4294967295)::oid AND l.objsubid IN (1, 2) AND l.granted)"
 )
 
 
@@ -236,15 +244,15 @@ class AdvisoryLocks:
             "SELECT coalesce(a.state = 'idle' AND a.wait_event IS NULL, false) FROM pg_locks l"
             " LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
             " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND l.classid = %s::int8::oid AND l.objid = %s::int8::oid AND l.objsubid = 1"
-            " AND l.granted"
+            " AND l.classid = %s::int8::oid AND l.objid = %s::int8::oid"
+            " AND l.objsubid IN (1, 2) AND l.granted"
         )
         with self._db.session(f"probe the worker lock of {job_id}") as conn:
             for _ in range(25):
-                row = conn.execute(query, (classid, objid)).fetchone()
-                if row is None:
+                rows = conn.execute(query, (classid, objid)).fetchall()
+                if not rows:
                     return False
-                if not row[0]:
+                if not all(dying for (dying,) in rows):
                     return True
                 time.sleep(0.002)
                 conn.execute("SELECT pg_stat_clear_snapshot()")  # a fresh pg_stat_activity

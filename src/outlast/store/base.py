@@ -300,6 +300,13 @@ class Store(abc.ABC):
         ``label`` among them (see :mod:`outlast.store.journal`). This store keeps none."""
         return Journal()
 
+    def liveness_fd(self) -> int | None:
+        """A file descriptor that keeps this process's jobs alive while any process holds it:
+        a pool passes it to its job processes, so that its jobs look abandoned only once
+        they are dead too (their journal complete). The local stores' liveness lock; None
+        on stores whose job processes hold their own locks (PostgreSQL)."""
+        return None
+
     def _fate(self, state: JobState) -> Fate:
         """What the journal of the job's worker says of its current attempt."""
         return None
@@ -324,9 +331,11 @@ class Store(abc.ABC):
         limit: int = 1,
         queues: builtins.list[str] | None = None,
         kinds: builtins.list[Kind] | None = None,
+        journal: Journal | None = None,
     ) -> builtins.list[Task]:
         """Atomically take up to ``limit`` due pending jobs of ``queues`` and ``kinds``, oldest
-        first, as this process (``worker`` may only name it).
+        first, as this process (``worker`` may only name it); ``journal`` (a pool's) records
+        each claimed attempt before the claim is written.
 
         Two claimers never get the same job. The jobs stay alive while this process lives: on
         the local stores its liveness lock covers them, on PostgreSQL each task holds an
@@ -339,7 +348,7 @@ class Store(abc.ABC):
         if worker not in (None, me):
             raise InvalidInput(f"a claim is made as this process ({me}), not {worker!r}")
         self._live()
-        claimed = self._claim(me, limit, queues, kinds, utcnow())
+        claimed = self._claim(me, limit, queues, kinds, utcnow(), journal or Journal())
         return [Task(self, s.id, attempt=s.attempts, lock=lock, snapshot=s) for s, lock in claimed]
 
     def events(
@@ -473,7 +482,10 @@ class Store(abc.ABC):
         queues: builtins.list[str] | None,
         kinds: builtins.list[Kind] | None,
         now: datetime,
-    ) -> builtins.list[tuple[JobState, Any]]: ...
+        journal: Journal,
+    ) -> builtins.list[tuple[JobState, Any]]:
+        """Claim as :meth:`claim` says, calling ``journal.claimed`` with each attempt before
+        the write that claims it."""
 
     @abc.abstractmethod
     def _events(

@@ -45,6 +45,7 @@ from outlast.model import JobState, Kind, ProgressEvent, Status, parse_time, utc
 from outlast.store import _local
 from outlast.store.base import Applied, Transition
 from outlast.store.common import disk_full, log, make_private_dir, translated
+from outlast.store.journal import Journal
 
 #: ``<x>.worker``'s short lock would be ``<x>``'s worker lock, so no job here has that name.
 _RESERVED = ".worker"
@@ -467,6 +468,7 @@ class FilesStore(_local.LocalStore):
         queues: list[str] | None,
         kinds: list[Kind] | None,
         now: datetime,
+        journal: Journal,
     ) -> list[tuple[JobState, Any]]:
         with self._translated("claim"):
             entries = self._scan(claiming=True)
@@ -481,7 +483,7 @@ class FilesStore(_local.LocalStore):
             if len(claimed) >= limit:
                 break
             try:
-                got = self._claim_one(entry.id, worker, now)
+                got = self._claim_one(entry.id, worker, now, journal)
             except JobNotFound:
                 continue  # deleted since the scan
             except CorruptJob as exc:
@@ -500,7 +502,9 @@ class FilesStore(_local.LocalStore):
             self.parts.pulse(state.id, False)
         return claimed
 
-    def _claim_one(self, job_id: str, worker: str, now: datetime) -> tuple[JobState, int] | None:
+    def _claim_one(
+        self, job_id: str, worker: str, now: datetime, journal: Journal
+    ) -> tuple[JobState, int] | None:
         """Take the worker lock, then start the job if the document, re-read under the job
         lock, still says it is free: the job lock makes check and write one atomic step."""
         lock = self.parts.locks.try_acquire(job_id)
@@ -512,6 +516,7 @@ class FilesStore(_local.LocalStore):
                 state = self._load(job_id)
                 change = machine.start(state, worker, now) if state.worker is None else None
                 if change is not None:
+                    journal.claimed([(job_id, change.state.attempts)])
                     self._commit(job_id, change)
                     claimed = change.state, lock
         finally:

@@ -19,11 +19,17 @@ written with one ``write()`` before the event it records happens, and survives t
 (not the machine: after a power cut an attempt may be counted or run once more, as without a
 journal). A reader ignores a torn last line. The file is compacted when it passes
 :data:`LIMIT`, keeping only what was not acknowledged yet. On PostgreSQL, where the reconciler
-may be on another machine, the latest record of each job is a row of the unlogged table
-``journal``, upserted by one statement (no WAL, no flush: a server crash empties it, and the
-attempts it knew of then count, or run once more, as without a journal); a thorough sweep
-forgets the rows of jobs no worker holds. That is two short statements per job on top of the
-pool's batched writes: the price, measured in BENCHMARKS.md, of never burning an attempt.
+may be on another machine, the latest record of each job is a row of the table ``journal``:
+claims are written in the claim's transaction, starts and outcomes by one statement each on
+the process's own connection, committed without waiting for the disk flush (a server crash
+may take back the last moments' records: those attempts then count, or run once more, as
+without a journal). A thorough sweep forgets the rows of jobs no worker holds. That is two
+short statements per job beside the pool's batched writes: the price, measured in
+BENCHMARKS.md, of never burning an attempt.
+
+The journal is complete when a job is reconciled: a pool's job processes keep its jobs alive
+after the pool dies, until they are dead too (the local stores' liveness lock is inherited;
+on PostgreSQL a job process holds an advisory lock of the job while it runs it).
 """
 
 from __future__ import annotations
@@ -57,8 +63,10 @@ class Journal:
     def claimed(self, keys: Sequence[Key]) -> None:
         """A pool claimed these attempts; none has started."""
 
-    def started(self, key: Key) -> None:
-        """The attempt's function is about to be called."""
+    def started(self, key: Key) -> bool:
+        """The attempt's function is about to be called: False when that could not be
+        recorded (a full disk, the server gone), so that it is not called."""
+        return True
 
     def returned(self, key: Key, outcome: Outcome) -> None:
         """The attempt ended with ``outcome``, which its pool is about to write."""
@@ -95,9 +103,9 @@ class FileJournal(Journal):
         if lines:
             self._append(b"".join(lines))
 
-    def started(self, key: Key) -> None:
+    def started(self, key: Key) -> bool:
         self._keep[key] = line = record_line("s", key).encode()
-        self._append(line)
+        return self._append(line)
 
     def returned(self, key: Key, outcome: Outcome) -> None:
         if outcome.verb != "gone":
@@ -115,7 +123,7 @@ class FileJournal(Journal):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
-    def _append(self, data: bytes) -> None:
+    def _append(self, data: bytes) -> bool:
         try:
             if self._size + len(data) > LIMIT and self._size:
                 self._compact()
@@ -129,6 +137,8 @@ class FileJournal(Journal):
             if not self._warned:
                 self._warned = True
                 log.warning("cannot write the attempt journal %s: %s", self.path, exc)
+            return False
+        return True
 
     def _compact(self) -> None:
         """Rewrite the file with what is still kept (a new file renamed over the old one, so

@@ -62,7 +62,7 @@ from outlast.model import JobState, Kind
 from outlast.store import _pg
 from outlast.store._pg import Conn
 from outlast.store._pglisten import PgListener
-from outlast.store._pglocks import HELD_SQL, AdvisoryLocks, PgMaintenance, lock_key
+from outlast.store._pglocks import HELD_SQL, AdvisoryLocks, PgMaintenance, lock_key, lock_pair
 from outlast.store.base import Capabilities, MaintenanceLock
 from outlast.store.common import decode_listing, log, make_private_dir
 from outlast.store.journal import Fate, Journal, Key, line_fate, record_line
@@ -113,12 +113,8 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
             backfill_lock_keys,
             f"CREATE INDEX IF NOT EXISTS jobs_live ON {d.jobs} (worker) WHERE {LIVE}",
         ],
-        # the latest attempt journal record of each job (outlast.store.journal): unlogged,
-        # so a record costs no WAL and no flush (a server crash empties it)
-        [
-            f'CREATE UNLOGGED TABLE IF NOT EXISTS "{schema}".journal'
-            " (id text PRIMARY KEY, line text NOT NULL)"
-        ],
+        # the latest attempt journal record of each job (outlast.store.journal)
+        [f'CREATE TABLE IF NOT EXISTS "{schema}".journal (id text PRIMARY KEY, line text)'],
     ]
 
 
@@ -253,6 +249,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         queues: list[str] | None,
         kinds: list[Kind] | None,
         now: datetime,
+        journal: Journal,
     ) -> list[tuple[JobState, Any]]:
         """Due jobs oldest first, skipping rows others have locked; each one's advisory lock
         is taken before it is started (a job whose lock is held is left as it is)."""
@@ -274,7 +271,8 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                     starts: list[Write] = self._starts(rows, worker, now)
                     taken.update(self._try_locks([old.id for old, _, _, _ in starts]))
                     starts = [s for s in starts if s[0].id in taken]
-                    if starts:
+                    if starts:  # journaled in the claim's own transaction
+                        journal.claimed([(new.id, new.attempts) for _, new, _, _ in starts])
                         self._write(tx, starts)
                         for _, new, _, _ in starts:
                             tx.wake(new.id, False)
@@ -299,8 +297,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
     def _journal_write(self, what: str, records: list[tuple[Key, str]]) -> None:
         """Upsert journal records (the latest per job) in one statement. A failure is logged:
         the attempts then count as without them."""
-        table = f'"{self.schema}".journal'
-        upsert = " ON CONFLICT (id) DO UPDATE SET line = excluded.line"
+        table, upsert = f'"{self.schema}".journal', _UPSERT
         try:
             with self._session(what) as conn:
                 if len(records) == 1:  # the common case, one prepared statement
@@ -361,18 +358,71 @@ class PostgresStore(AdvisoryLocks, SqlStore):
 
 
 class _PgJournal(Journal):
-    """The attempt journal on PostgreSQL: the latest record of each job in its row's
-    ``journal`` column (see :mod:`outlast.store.journal`)."""
+    """The attempt journal on PostgreSQL: the latest record of each job in the ``journal``
+    table (see :mod:`outlast.store.journal`). Claims are journaled in the claim's own
+    transaction; starts and outcomes on a connection this journal keeps, which also holds a
+    shared advisory lock on the job from its start record to its outcome (the two-key form of
+    its key: :func:`outlast.store._pglocks.lock_pair`). So a job whose pool is killed looks
+    abandoned only once the process that ran it is gone too, its journal complete."""
 
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
+        self._table = f'"{store.schema}".journal'
+        self._conn: Conn | None = None
+        self._held: tuple[int, int] | None = None
+        self._failing = False
 
     def claimed(self, keys: Sequence[Key]) -> None:
         self.store._journal_write("journal claims", [(k, record_line("c", k)) for k in keys])
 
-    def started(self, key: Key) -> None:
-        self.store._journal_write("journal a start", [(key, record_line("s", key))])
+    def started(self, key: Key) -> bool:
+        if self._held is not None:  # an attempt that never said how it ended
+            self._run("let go of a job", "SELECT pg_advisory_unlock_shared(%s, %s)", self._held)
+            self._held = None
+        pair = lock_pair(lock_key(self.store.schema, key[0]))
+        sql = (
+            "WITH l AS (SELECT pg_advisory_lock_shared(%s, %s))"
+            f" INSERT INTO {self._table} SELECT %s, %s FROM l{_UPSERT}"
+        )
+        if not self._run("journal a start", sql, (*pair, key[0], record_line("s", key))):
+            return False
+        self._held = pair
+        return True
 
     def returned(self, key: Key, outcome: Outcome) -> None:
+        held, self._held = self._held, None
         if outcome.verb != "gone":
-            self.store._journal_write("journal an outcome", [(key, record_line("o", key, outcome))])
+            insert = f"INSERT INTO {self._table} VALUES (%s, %s){_UPSERT}"
+            line = record_line("o", key, outcome)
+            if held is None:
+                self._run("journal an outcome", insert, (key[0], line))
+            else:  # the lock goes once the outcome is in
+                sql = f"WITH w AS ({insert} RETURNING 1) SELECT pg_advisory_unlock_shared(%s, %s)"
+                self._run("journal an outcome", sql + " FROM w", (key[0], line, *held))
+        elif held is not None:
+            self._run("let go of a job", "SELECT pg_advisory_unlock_shared(%s, %s)", held)
+
+    def _run(self, what: str, sql: str, params: Sequence[Any]) -> bool:
+        """One statement on the journal's connection; a failure is logged (once until the
+        next success) and the connection, with its lock, dropped."""
+        try:
+            with _pg.translated(what):
+                if self._conn is None or self._conn.closed:
+                    self._conn = self.store._db.take()
+                    # a record is not worth waiting for the disk: a server crash may take
+                    # back the last moments' (the attempt then counts, as without one)
+                    self._conn.execute("SET synchronous_commit = off")
+                self._conn.execute(sql, params)
+        except OutlastError as exc:
+            if not self._failing:
+                log.warning("cannot %s: %s", what, exc)
+            self._failing = True
+            if self._conn is not None:
+                self._conn.close()
+            self._conn, self._held = None, None
+            return False
+        self._failing = False
+        return True
+
+
+_UPSERT = " ON CONFLICT (id) DO UPDATE SET line = excluded.line"

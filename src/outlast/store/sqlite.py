@@ -37,6 +37,7 @@ from outlast import codec, paths
 from outlast.model import JobState, Kind
 from outlast.store import _local
 from outlast.store.common import disk_full, make_private_dir, translated
+from outlast.store.journal import Journal
 from outlast.store.sql import LIVE, Dialect, Row, SqlStore, Write, tables
 
 DOC_CACHE = 4096  # parsed documents kept per store object, reused only if byte-identical
@@ -266,6 +267,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
         queues: list[str] | None,
         kinds: list[Kind] | None,
         now: datetime,
+        journal: Journal,
     ) -> list[tuple[JobState, Any]]:
         sql, params = self._due_query(queues, kinds, now)
         # nothing due: no write lock taken (idle pools stay cheap)
@@ -276,6 +278,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
                 tx.read(sql, (*params, limit * 2)), worker, now, limit
             )
             if starts:
+                journal.claimed([(new.id, new.attempts) for _, new, _, _ in starts])
                 self._write(tx, starts)
                 for _, new, _, _ in starts:
                     tx.wake(new.id, False)
