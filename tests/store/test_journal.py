@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -195,3 +196,42 @@ def test_a_start_that_cannot_be_journaled_is_not_made(tmp_path: Path) -> None:
     gone = FileJournal(tmp_path / "no-such-folder" / "j")
     assert gone.started(("a", 1)) is False
     assert _journal(tmp_path, "t+1").started(("a", 1)) is True
+
+
+_CLAIM_AND_DIE = """
+import os, sys
+from outlast.store import open_store, worker_name
+store = open_store(sys.argv[1])
+store.claim(limit=1, journal=store.journal(worker_name(), "t+pool"))
+os._exit(0)
+"""
+
+
+def test_a_sweep_keeps_the_journal_of_a_worker_that_died_while_it_listed_jobs(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A maintainer's thorough sweep forgets the journals of dead workers with no live job.
+    A worker that claims, then dies, while the sweep lists the jobs is not in that list: its
+    journal must stay (its claim is not started, and reconciling gives the attempt back)."""
+    if store_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL forgets only the records of finished jobs")
+    store = open_store(store_url)
+    try:
+        job = create_job(store, "pt.noop", [], {})
+        listing = store._live_jobs  # type: ignore[attr-defined]
+
+        def listed_then_claimed() -> list[Any]:
+            live = listing()
+            subprocess.run([sys.executable, "-c", _CLAIM_AND_DIE, store_url], check=True)
+            return live  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(store, "_live_jobs", listed_then_claimed)
+        store.abandoned_jobs(thorough=True)
+        monkeypatch.undo()
+        state = store.get(job.id)
+        assert state.status == "running" and store.abandoned(state)
+        back = store.reconcile(state)
+        assert back.status == "pending", back  # given back, not failed over
+        assert (back.attempts, back.max_attempts) == (state.attempts, state.max_attempts + 1)
+    finally:
+        store.close()

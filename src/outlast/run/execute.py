@@ -39,12 +39,14 @@ def run_attempt(
     attempt: int,
     state: JobState | None = None,
     on_start: Callable[[], bool] | None = None,
+    on_return: Callable[[], None] | None = None,
 ) -> Outcome:
     """Run attempt ``attempt`` of ``job_id`` here and say how it ended (nothing is written
     but what the job reports itself). ``state``: the job as claimed, when the caller has it
     (else it is read from the store); ``on_start`` is called just before the job's function
     (a pool's job process journals the start there): if it says False, the function is not
-    called and the attempt is given back (``release``)."""
+    called and the attempt is given back (``release``); ``on_return`` the moment the function
+    returns or raises, before anything else."""
     task = Task(store, job_id, attempt=attempt)
     if state is None:
         try:
@@ -63,7 +65,11 @@ def run_attempt(
         if on_start is not None and not on_start():
             return Outcome("release")
         try:
-            result = _call(spec, task, state)
+            try:
+                result = _call(spec, task, state)
+            finally:
+                if on_return is not None:
+                    on_return()
         except Pause as exc:
             return Outcome("pause", exc.question)
         except Canceled:

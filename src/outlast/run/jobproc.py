@@ -32,8 +32,13 @@ def main(argv: list[str]) -> int:
     from outlast.run import procs
 
     procs.set_parent_death_signal()
-    if os.getppid() == 1:  # the pool died before we could ask to die with it
+    pool_pid = int(os.environ.pop("OUTLAST_POOL_PID", "0")) or os.getppid()
+    if os.getppid() != pool_pid:  # the pool died before we could ask to die with it
         return 1
+    # From the function's return until its outcome is journaled, the pool's death does not
+    # kill this process: the outcome is journaled first (the pool's jobs stay alive as long
+    # as this process does), then it dies.
+    shield = partial(procs.set_parent_death_signal, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     extra = os.environ.get("OUTLAST_SYS_PATH")
@@ -70,8 +75,11 @@ def main(argv: list[str]) -> int:
             state = None  # read it from the store instead, which says what is wrong
         # the attempt counts from just before the function is called
         on_start = partial(journal.started, (job_id, attempt))
-        outcome = run_attempt(store, job_id, attempt, state, on_start)
+        outcome = run_attempt(store, job_id, attempt, state, on_start, shield)
         journal.returned((job_id, attempt), outcome)  # durable before the pool has it
+        procs.set_parent_death_signal()
+        if os.getppid() != pool_pid:
+            return 1  # the pool died meanwhile: its jobs are for whoever reconciles them
         conn.send(outcome)
 
 

@@ -150,6 +150,7 @@ class Pool:
         alive = self.store.liveness_fd()
         ours, theirs = socket.socketpair()
         env = dict(os.environ, OUTLAST_SYS_PATH=json.dumps(sys.path))
+        env["OUTLAST_POOL_PID"] = str(os.getpid())
         journal = json.dumps([worker_name(), self.token, alive])
         argv = [sys.executable, "-m", "outlast.run.jobproc", str(theirs.fileno()), self.store.url]
         argv.append(journal)

@@ -18,6 +18,7 @@ import os
 import signal
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import psutil
 
@@ -148,16 +149,21 @@ def reap_adopted(skip: int | None, wait: float = 0.0) -> None:
             os.waitpid(info.si_pid, 0)
 
 
+_LIBC: list[Any] = []  # the C library, loaded once (a pool's job process calls this per job)
+
+
 def _prctl(option: int, value: int) -> None:
     try:
-        import ctypes
+        if not _LIBC:
+            import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(option, value, 0, 0, 0)
+            _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        _LIBC[0].prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         pass
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only)."""
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only);
+    ``0``: no signal (then look at ``os.getppid()`` to learn whether it died)."""
     _prctl(1, int(sig))  # PR_SET_PDEATHSIG

@@ -183,17 +183,26 @@ class LocalParts:
             self._fates = {state.worker: cached}  # one worker at a time is enough
         return cached[1].get((state.id, state.attempts))
 
-    def sweep_journals(self, live_workers: set[str]) -> None:
-        """Remove the journals of dead workers none of whose jobs is left to reconcile."""
-        keep = {paths.worker_file_name(w) for w in live_workers}
+    def dead_journals(self) -> list[tuple[str, str]]:
+        """``(file name, worker)`` of the journals whose worker is dead: taken *before* the
+        jobs are listed for :meth:`sweep_journals`, so that every job such a worker claimed
+        (before it died) is in that listing."""
         with os.scandir(self.journals) as entries:
             names = [e.name for e in entries]
+        found = []
         for name in names:
             worker = name.partition("+")[0]
-            if worker in keep or self.liveness.held(f"@{worker}.lock"):
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.journals / name)
+            if not self.liveness.held(f"@{worker}.lock"):
+                found.append((name, worker))
+        return found
+
+    def sweep_journals(self, dead: list[tuple[str, str]], live_workers: set[str]) -> None:
+        """Remove the journals of dead workers none of whose jobs is left to reconcile."""
+        keep = {paths.worker_file_name(w) for w in live_workers}
+        for name, worker in dead:
+            if worker not in keep:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.journals / name)
 
     def acquire(self, job_id: str) -> Any:
         return self.locks.acquire(job_id)
@@ -254,10 +263,16 @@ class LocalStore(Store):
             raise StoreError(f"cannot look at the store's locks: {exc}") from exc
         if not stale and not thorough:
             return []
-        live = self._live_jobs()
+        dead: list[tuple[str, str]] = []
         if thorough:  # what the previous sweeps reconciled no longer needs its journal
             try:
-                self.parts.sweep_journals({s.worker for s in live if s.worker})
+                dead = self.parts.dead_journals()
+            except OSError as exc:
+                log.warning("cannot look at the attempt journals: %s", exc)
+        live = self._live_jobs()
+        if dead:
+            try:
+                self.parts.sweep_journals(dead, {s.worker for s in live if s.worker})
             except OSError as exc:
                 log.warning("cannot sweep the attempt journals: %s", exc)
         return [s for s in live if self.abandoned(s)]

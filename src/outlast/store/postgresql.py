@@ -58,7 +58,7 @@ import psycopg
 from outlast import paths
 from outlast.errors import InvalidInput, OutlastError, StoreError
 from outlast.machine import Outcome
-from outlast.model import JobState, Kind
+from outlast.model import TERMINAL, JobState, Kind
 from outlast.store import _pg
 from outlast.store._pg import Conn
 from outlast.store._pglisten import PgListener
@@ -311,8 +311,10 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             log.warning("cannot %s: %s", what, exc)
 
     def _sweep_journal(self) -> None:
-        """Forget the records of jobs that no worker holds any more (done, or gone)."""
-        held = f"SELECT 1 FROM {self.dialect.jobs} WHERE id = j.id AND {LIVE}"
+        """Forget the records of finished (or deleted) jobs: only those, since a pending job
+        may be claimed, and its record rewritten, while the sweep runs."""
+        terminal = ", ".join(f"'{s}'" for s in TERMINAL)
+        held = f"SELECT 1 FROM {self.dialect.jobs} WHERE id = j.id AND status NOT IN ({terminal})"
         sql = f'DELETE FROM "{self.schema}".journal j WHERE NOT EXISTS ({held})'
         try:
             with self._session("sweep the attempt journal") as conn:
