@@ -89,7 +89,11 @@ def _internal(request: Request, exc: Exception) -> Response:
 
 def _too_many(request: Request, exc: Exception) -> Response:
     return error_response(
-        503, "too many streams", f"{exc}; try again later", {"Retry-After": str(RETRY_AFTER)}
+        503,
+        "too many streams",
+        f"{exc}; try again later",
+        # closed after the answer: a crowd refused must not keep the descriptors it was refused
+        {"Retry-After": str(RETRY_AFTER), "Connection": "close"},
     )
 
 

@@ -26,6 +26,10 @@ import signal
 import sys
 from functools import partial
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from outlast.store import Journal
 
 
 def main(argv: list[str]) -> int:
@@ -74,13 +78,28 @@ def main(argv: list[str]) -> int:
         except CorruptJob:
             state = None  # read it from the store instead, which says what is wrong
         # the attempt counts from just before the function is called
-        on_start = partial(journal.started, (job_id, attempt))
+        on_start = partial(_start, journal, (job_id, attempt), pool_pid)
         outcome = run_attempt(store, job_id, attempt, state, on_start, shield)
         journal.returned((job_id, attempt), outcome)  # durable before the pool has it
         procs.set_parent_death_signal()
-        if os.getppid() != pool_pid:
+        try:
+            if os.getppid() != pool_pid:
+                raise BrokenPipeError
+            conn.send(outcome)
+        except OSError:
             return 1  # the pool died meanwhile: its jobs are for whoever reconciles them
-        conn.send(outcome)
+
+
+def _start(journal: Journal, key: tuple[str, int], pool_pid: int) -> bool:
+    """Journal the start; False (the function is not called, the attempt is given back) if
+    that failed, or if the pool died meanwhile: not killed with it while the record was on
+    its way (a database round trip), this process then tells the journal it did not start."""
+    from outlast.run import procs
+
+    procs.set_parent_death_signal(0)
+    recorded = journal.started(key)
+    procs.set_parent_death_signal()
+    return recorded and os.getppid() == pool_pid
 
 
 def _close(fd: int) -> None:

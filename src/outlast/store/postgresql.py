@@ -294,21 +294,15 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         rows = self._query("read the job's attempt journal", sql, (state.id,))
         return line_fate(rows[0][0] if rows else None, (state.id, state.attempts))
 
-    def _journal_write(self, what: str, records: list[tuple[Key, str]]) -> None:
-        """Upsert journal records (the latest per job) in one statement. A failure is logged:
-        the attempts then count as without them."""
-        table, upsert = f'"{self.schema}".journal', _UPSERT
-        try:
-            with self._session(what) as conn:
-                if len(records) == 1:  # the common case, one prepared statement
-                    ((key, line),) = records
-                    conn.execute(f"INSERT INTO {table} VALUES (%s, %s){upsert}", (key[0], line))
-                elif records:
-                    ids, lines = [k[0] for k, _ in records], [line for _, line in records]
-                    sql = f"INSERT INTO {table} SELECT * FROM unnest(%s::text[], %s::text[])"
-                    conn.execute(sql + upsert, (ids, lines))
-        except OutlastError as exc:
-            log.warning("cannot %s: %s", what, exc)
+    def _journal_claims(self, records: list[tuple[Key, str]]) -> None:
+        """Upsert claim records in one statement, inside the claim's transaction (whose
+        session this is): if it fails, so does the claim."""
+        if not records:
+            return
+        ids, lines = [k[0] for k, _ in records], [line for _, line in records]
+        sql = f'INSERT INTO "{self.schema}".journal SELECT * FROM unnest(%s::text[], %s::text[])'
+        with self._session("journal claims") as conn:
+            conn.execute(sql + _UPSERT, (ids, lines))
 
     def _sweep_journal(self) -> None:
         """Forget the records of finished (or deleted) jobs: only those, since a pending job
@@ -375,7 +369,7 @@ class _PgJournal(Journal):
         self._failing = False
 
     def claimed(self, keys: Sequence[Key]) -> None:
-        self.store._journal_write("journal claims", [(k, record_line("c", k)) for k in keys])
+        self.store._journal_claims([(k, record_line("c", k)) for k in keys])
 
     def started(self, key: Key) -> bool:
         if self._held is not None:  # an attempt that never said how it ended
