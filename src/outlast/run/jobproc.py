@@ -63,7 +63,10 @@ def main(argv: list[str]) -> int:
     registry.import_modules(argv[3:])
     store = open_store(argv[1])
     journal = store.journal(pool, f"{token}+{os.getpid()}")
-    conn.send("ready")
+    try:
+        conn.send("ready")
+    except OSError:
+        return 1  # the pool died while this process started
     while True:
         try:
             message = conn.recv()
