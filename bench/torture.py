@@ -216,7 +216,8 @@ def analyse(
     collects the ids of the jobs behind each broken promise."""
     examples = {} if examples is None else examples
     by_job: dict[str, list[tuple[str, int, int, float]]] = defaultdict(list)
-    for line in records.read_text().splitlines():
+    text = records.read_text() if records.exists() else ""  # no job ran: all are lost
+    for line in text.splitlines():
         kind, job_id, attempt, pid, t = line.split()
         by_job[job_id].append((kind, int(attempt), int(pid), float(t)))
     counts: Counter[str] = Counter()
@@ -503,7 +504,10 @@ def pg_restart(profile: dict[str, int]) -> Section:
         store.close()
     finally:
         server.close()
-        shutil.rmtree(folder, ignore_errors=True)
+        if section.failures:  # the records and the pools' stderr, to look into
+            section.figures["kept for inspection"] = str(folder)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     return section
 
 
