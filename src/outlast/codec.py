@@ -15,7 +15,15 @@ from typing import Any
 import orjson
 
 from outlast.errors import CorruptJob, InvalidInput
-from outlast.model import Call, ErrorInfo, JobState, Kind, PipelineState, ProgressEvent
+from outlast.model import (
+    Call,
+    ErrorInfo,
+    JobState,
+    Kind,
+    PipelineState,
+    ProgressEvent,
+    Schedule,
+)
 
 
 def _dumps(value: Any) -> bytes:
@@ -59,6 +67,8 @@ def encode(state: JobState) -> bytes:
     without its fraction, so such a (rare) state goes through ``to_dict``, like anything
     orjson refuses, and every stored time keeps the one format.
     """
+    if state.fired is not None:  # a nested time: written by to_dict, in the one format
+        return _dumps(state.to_dict())
     for name in _TIMES:
         value = getattr(state, name)
         if value is not None and (value.microsecond == 0 or value.tzinfo is not UTC):
@@ -165,3 +175,23 @@ def decode_event(job_id: str, raw: bytes | str) -> ProgressEvent:
     if event.job_id != job_id:
         raise CorruptJob(f"job {job_id} has a corrupt event: it names job {event.job_id!r}")
     return event
+
+
+def encode_schedule(schedule: Schedule) -> bytes:
+    return _dumps(schedule.to_dict())
+
+
+def decode_schedule(name: str, raw: bytes | str | None) -> Schedule:
+    """Parse a stored schedule; :class:`CorruptJob` names it and says what is wrong."""
+    try:
+        if raw is None or len(raw) == 0:
+            raise CorruptJob("the document is empty")
+        data = _loads(raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass"))
+        schedule = Schedule.from_dict(data)
+    except CorruptJob as exc:
+        raise CorruptJob(f"schedule {name} is corrupt: {exc.message}") from exc
+    except (ValueError, TypeError) as exc:
+        raise CorruptJob(f"schedule {name} is corrupt: {exc}") from exc
+    if schedule.id != name:
+        raise CorruptJob(f"schedule {name} is corrupt: the document names {schedule.id!r}")
+    return schedule

@@ -6,6 +6,8 @@
     ├── InvalidInput (ValueError)   malformed input from a user: an argument, a label, a URL
     │   └── InvalidJobId            an id that is not a single clean name
     ├── JobNotFound (LookupError)   no job with that id in the store
+    │   └── ScheduleNotFound        no schedule with that name
+    ├── ScheduleExists              a schedule of that name exists (add it with replace)
     ├── JobActive                   delete of a job that is not terminal, without force
     ├── WorkerLockHeld              another live process already works on this job
     ├── InvalidTransition           a move the status machine does not allow
@@ -49,6 +51,14 @@ class InvalidJobId(InvalidInput):
 
 class JobNotFound(OutlastError, LookupError):
     """No job with that id."""
+
+
+class ScheduleNotFound(JobNotFound):
+    """No schedule with that name."""
+
+
+class ScheduleExists(OutlastError):
+    """A schedule of that name exists already."""
 
 
 class JobActive(OutlastError):

@@ -15,12 +15,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from outlast.errors import InvalidInput, InvalidTransition
+from outlast.frozen import FrozenDict, FrozenList
+from outlast.ids import DEDICATED, check_queue, new_id
 from outlast.model import (
     JSON,
+    Call,
     ErrorCode,
     ErrorInfo,
     EventStatus,
+    Fired,
     JobState,
+    Kind,
+    PipelineState,
     ProgressEvent,
     Status,
     check_transition,
@@ -106,6 +112,103 @@ def _check_value(value: Any, what: str, depth: int) -> None:
     else:
         kind = type(value).__name__
         raise InvalidInput(f"{what} must be JSON: type {kind} is not JSON ({value!r:.60})")
+
+
+def check_labels(labels: Any) -> dict[str, str]:
+    """``labels`` as a plain dict, if they are ``str -> str`` with non-empty keys (no ``=``)."""
+    if labels is not None and not isinstance(labels, dict | FrozenDict):
+        raise InvalidInput(f"labels must be an object of strings, not {type(labels).__name__}")
+    checked: dict[str, str] = dict(labels or {})
+    for key, value in checked.items():
+        if not isinstance(key, str) or not key or "=" in key or not isinstance(value, str):
+            raise InvalidInput(f"labels are non-empty str keys (no '=') to str values: {key!r}")
+    return checked
+
+
+def seconds(value: object, what: str, positive: bool) -> float | None:
+    """A number of seconds of a job option (``timeout``, ``grace``, ``keep``), or None."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
+        low = "> 0" if positive else ">= 0"
+        raise InvalidInput(f"{what} must be a finite number of seconds {low}, not {value!r}")
+    return float(value)
+
+
+def new_job(
+    *,
+    kind: Kind | str = Kind.COMMAND,
+    name: str | None = None,
+    command: list[str] | None = None,
+    labels: Any = None,
+    queue: str = "default",
+    payload: Any = None,
+    max_attempts: int = 1,
+    run_after: datetime | None = None,
+    call: Call | None = None,
+    timeout: float | None = None,
+    grace: float | None = None,
+    pipeline: PipelineState | None = None,
+    keep: float | None = None,
+    fired: Fired | None = None,
+    job_id: str | None = None,
+    now: datetime,
+) -> JobState:
+    """A new pending job, every field checked: :class:`InvalidInput` says what is wrong."""
+    try:
+        kind = Kind(kind)
+    except ValueError:
+        raise InvalidInput(f"kind is command, function or pipeline, not {kind!r}") from None
+    if command is not None and (
+        not isinstance(command, list | tuple | FrozenList)
+        or not command
+        or not all(isinstance(a, str) for a in command)
+    ):
+        raise InvalidInput("command must be a non-empty list of strings")
+    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+        raise InvalidInput(f"max_attempts must be a whole number >= 1, not {max_attempts!r}")
+    if queue != DEDICATED:  # the queue of spawned jobs, which pools never claim
+        check_queue(queue)
+    if payload is not None and not isinstance(payload, dict | FrozenDict):
+        raise InvalidInput("payload must be a JSON object")
+    if call is not None and not isinstance(call, Call):
+        raise InvalidInput("call must be an outlast.model.Call")
+    if call is not None:
+        check_json(call.args, "the job's arguments")
+        check_json(call.kwargs, "the job's keyword arguments")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise InvalidInput(f"name must be a non-empty string, not {name!r}")
+    if pipeline is not None and not isinstance(pipeline, PipelineState):
+        raise InvalidInput("pipeline must be an outlast.model.PipelineState")
+    if run_after is not None and (not isinstance(run_after, datetime) or not run_after.tzinfo):
+        raise InvalidInput("run_after must be a time with a time zone")
+    return JobState.build(
+        {
+            "id": job_id or new_id(),
+            "kind": kind,
+            "name": name or (command[0] if command else str(kind)),
+            "command": list(command) if command else None,
+            "call": call,
+            "labels": check_labels(labels),
+            "queue": queue,
+            "payload": check_json(dict(payload or {}), "payload"),
+            "max_attempts": max_attempts,
+            "timeout": seconds(timeout, "timeout", positive=True),
+            "grace": seconds(grace, "grace", positive=False),
+            "keep": seconds(keep, "keep", positive=False),
+            "run_after": run_after,
+            "pipeline": pipeline,
+            "fired": fired,
+            "created_at": now,
+            "updated_at": now,
+        }
+    )
 
 
 def fenced_out(state: JobState, attempt: int | None) -> bool:

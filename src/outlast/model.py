@@ -302,6 +302,34 @@ class PipelineState:
         return cls(tuple(cleanup), records, None if final is None else ErrorInfo.from_dict(final))
 
 
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """The schedule that made a job, and for which of its fire times: with the schedule's
+    id, the unique key of the fire (a fire time makes at most one job)."""
+
+    #: The schedule's id (its name).
+    schedule: str
+    #: The fire time the job was made for (UTC).
+    fire_at: datetime
+    #: ``on_time``; ``catch_up`` (the one run for fires missed while no process maintained
+    #: the store, with ``misfire="once"``); ``manual`` (``outlast schedule run-now``).
+    reason: str = "on_time"
+
+    def to_dict(self) -> dict[str, Any]:
+        fire_at = format_time(self.fire_at)
+        return {"schedule": self.schedule, "fire_at": fire_at, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Fired:
+        if not isinstance(data, dict):
+            raise CorruptJob("fired must be an object or null")
+        schedule, reason = data.get("schedule"), data.get("reason", "on_time")
+        fire_at = parse_time(data.get("fire_at"), "fired.fire_at")
+        if not isinstance(schedule, str) or not isinstance(reason, str) or fire_at is None:
+            raise CorruptJob("fired needs a schedule, a fire_at time and a reason")
+        return cls(schedule, fire_at, reason)
+
+
 @dataclass(frozen=True)
 class JobState:
     """The durable document of one job, as stored and as every interface shows it.
@@ -348,7 +376,7 @@ class JobState:
     #: Seconds between asking the work to stop (SIGTERM, SIGUSR1) and killing it, or None
     #: for the worker's default.
     grace: float | None = None
-    #: Not to be claimed before this time (retry backoff), or None.
+    #: Not to be claimed before this time (a delay, a retry's backoff), or None.
     run_after: datetime | None = None
     #: What a paused job asks a person, else None.
     question: JSON = None
@@ -358,6 +386,11 @@ class JobState:
     cancel_requested: bool = False
     #: A pipeline job's stage checkpoints, else None.
     pipeline: PipelineState | None = None
+    #: Seconds the finished job is kept before maintenance removes it (with its events and
+    #: log), or None for the store's ``$OUTLAST_KEEP`` (default: kept until deleted).
+    keep: float | None = None
+    #: The schedule and fire time that made the job, else None.
+    fired: Fired | None = None
     #: The OS process doing the work (a command job's process-group leader), or None.
     pid: int | None = None
     #: The kernel's start time of ``pid``, so a reused PID is never mistaken for the job's.
@@ -422,6 +455,8 @@ class JobState:
             "answer": thaw(self.answer),
             "cancel_requested": self.cancel_requested,
             "pipeline": self.pipeline.to_dict() if self.pipeline else None,
+            "keep": self.keep,
+            "fired": self.fired.to_dict() if self.fired else None,
             "pid": self.pid,
             "pid_started_at": format_time(self.pid_started_at),
             "worker": self.worker,
@@ -486,6 +521,7 @@ _NESTED_READERS: dict[str, Any] = {
     "error": ErrorInfo.from_dict,
     "call": Call.from_dict,
     "pipeline": PipelineState.from_dict,
+    "fired": Fired.from_dict,
 }
 _FIELD_ORDER = tuple(f.name for f in fields(JobState))
 _FIELD_NAMES = frozenset(_FIELD_ORDER)
@@ -528,7 +564,7 @@ def _check_scalars(values: dict[str, Any]) -> None:
     progress = values.get("progress")
     if progress is not None and not _is_number(progress, 0, 100):
         raise CorruptJob("progress must be a number from 0 to 100 or null")
-    for name in ("timeout", "grace"):
+    for name in ("timeout", "grace", "keep"):
         value = values.get(name)
         if value is not None and not _is_number(value, 0, math.inf):
             raise CorruptJob(f"{name} must be a number of seconds >= 0 or null")
@@ -560,3 +596,169 @@ def clamp_progress(value: float | None) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"progress must be a number from 0 to 100, not {value!r}")
     return float(min(100.0, max(0.0, value)))
+
+
+MISFIRE_POLICIES = ("once", "skip")
+
+
+@dataclass(frozen=True, slots=True)
+class JobTemplate:
+    """What each job a schedule fires is made from: the arguments of ``Store.create``."""
+
+    #: ``command``, ``function`` or ``pipeline``.
+    kind: Kind
+    #: The registered job's name, or a name for a command.
+    name: str
+    #: A command's argv, else None.
+    command: list[str] | None = None
+    #: A function or pipeline job's call (module, args, kwargs), else None.
+    call: Call | None = None
+    payload: dict[str, Any] = field(default_factory=lambda: EMPTY_DICT)
+    labels: dict[str, str] = field(default_factory=lambda: EMPTY_DICT)
+    queue: str = "default"
+    max_attempts: int = 1
+    timeout: float | None = None
+    grace: float | None = None
+    keep: float | None = None
+    #: The folder a command runs in (None: the firing process's).
+    cwd: str | None = None
+    #: A pipeline's ``ALL_DONE`` stages.
+    cleanup: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("command", "payload", "labels"):
+            _SET(self, name, freeze(getattr(self, name)))
+        _SET(self, "cleanup", tuple(self.cleanup))
+        if type(self.kind) is not Kind:
+            _SET(self, "kind", Kind(self.kind))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": str(self.kind),
+            "name": self.name,
+            "command": thaw(self.command),
+            "call": self.call.to_dict() if self.call else None,
+            "payload": thaw(self.payload),
+            "labels": thaw(self.labels),
+            "queue": self.queue,
+            "max_attempts": self.max_attempts,
+            "timeout": self.timeout,
+            "grace": self.grace,
+            "keep": self.keep,
+            "cwd": self.cwd,
+            "cleanup": list(self.cleanup),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> JobTemplate:
+        if not isinstance(data, dict):
+            raise CorruptJob("a schedule's job must be an object")
+        values = dict(data)
+        values["kind"] = _enum(data, "kind", _KINDS)
+        if data.get("call") is not None:
+            values["call"] = Call.from_dict(data["call"])
+        if not isinstance(values.get("name"), str):
+            raise CorruptJob("a schedule's job needs a name")
+        cleanup = values.get("cleanup", [])
+        if not isinstance(cleanup, list) or not all(isinstance(n, str) for n in cleanup):
+            raise CorruptJob("a schedule's job cleanup must be a list of stage names")
+        values["cleanup"] = tuple(cleanup)
+        unknown = values.keys() - {f.name for f in fields(cls)}
+        if unknown:
+            raise CorruptJob(f"a schedule's job has unknown fields {sorted(unknown)}")
+        _check_shapes(values)
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A durable schedule: when to fire (``cron`` in ``tz``, or ``every`` seconds) and the
+    job each fire makes. Fired by the store's maintainer, each fire time exactly once."""
+
+    #: Its name, unique in the store (the rule of ids).
+    id: str
+    job: JobTemplate
+    #: A five-field cron expression matched against wall-clock time in ``tz``, or None.
+    cron: str | None = None
+    #: Seconds between fires (from the schedule's creation), or None.
+    every: float | None = None
+    #: The IANA time zone of ``cron`` (``Europe/Berlin``); ``UTC`` by default.
+    tz: str = "UTC"
+    #: After fires were missed (no process maintained the store): ``once`` makes one
+    #: catch-up job, ``skip`` none.
+    misfire: str = "once"
+    #: False: a fire is skipped while the last job it made is still live.
+    overlap: bool = True
+    paused: bool = False
+    #: The next fire time (UTC).
+    next_at: datetime | None = None
+    #: The last fire time that made a job, and that job's id.
+    last_fire_at: datetime | None = None
+    last_job: str | None = None
+    #: Jobs made so far, and fires skipped (misfire ``skip``, or ``overlap=False``).
+    fires: int = 0
+    skipped: int = 0
+    created_at: datetime = field(default_factory=utcnow)
+    updated_at: datetime = field(default_factory=utcnow)
+
+    def evolve(self, **changes: Any) -> Schedule:
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "cron": self.cron,
+            "every": self.every,
+            "tz": self.tz,
+            "misfire": self.misfire,
+            "overlap": self.overlap,
+            "paused": self.paused,
+            "job": self.job.to_dict(),
+            "next_at": format_time(self.next_at),
+            "last_fire_at": format_time(self.last_fire_at),
+            "last_job": self.last_job,
+            "fires": self.fires,
+            "skipped": self.skipped,
+            "created_at": format_time(self.created_at),
+            "updated_at": format_time(self.updated_at),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Schedule:
+        """Read a stored schedule back; :class:`CorruptJob` says what is wrong."""
+        if not isinstance(data, dict):
+            raise CorruptJob("a schedule must be a JSON object")
+        values = dict(data)
+        unknown = values.keys() - {f.name for f in fields(cls)}
+        if unknown:
+            raise CorruptJob(f"a schedule has unknown fields {sorted(unknown)}")
+        if not isinstance(values.get("id"), str):
+            raise CorruptJob("a schedule needs an id")
+        values["job"] = JobTemplate.from_dict(values.get("job"))
+        for name in ("next_at", "last_fire_at", "created_at", "updated_at"):
+            if name in values:
+                values[name] = parse_time(values[name], f"schedule.{name}")
+        for name in ("created_at", "updated_at"):
+            if values.get(name, 0) is None:
+                del values[name]
+        _check_schedule(values)
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise CorruptJob(f"malformed schedule: {exc}") from exc
+
+
+def _check_schedule(values: dict[str, Any]) -> None:
+    if values.get("misfire", "once") not in MISFIRE_POLICIES:
+        raise CorruptJob(f"schedule misfire must be once or skip, not {values['misfire']!r}")
+    for name in ("overlap", "paused"):
+        if not isinstance(values.get(name, False), bool):
+            raise CorruptJob(f"schedule {name} must be true or false")
+    for name in ("fires", "skipped"):
+        value = values.get(name, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise CorruptJob(f"schedule {name} must be a whole number")
+    if (values.get("cron") is None) == (values.get("every") is None):
+        raise CorruptJob("a schedule has either a cron expression or an interval")

@@ -12,31 +12,38 @@ from __future__ import annotations
 
 import abc
 import builtins
-import math
 import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from outlast import config, machine
-from outlast.errors import InvalidInput, JobNotFound
-from outlast.ids import DEDICATED, check_id, check_queue, new_id
+from outlast import config, cron, machine
+from outlast.errors import (
+    InvalidInput,
+    JobActive,
+    JobNotFound,
+    ScheduleExists,
+    ScheduleNotFound,
+)
+from outlast.ids import DEDICATED, check_id
 from outlast.machine import Change
 from outlast.model import (
+    TERMINAL,
     Call,
     JobState,
     Kind,
     PipelineState,
     ProgressEvent,
+    Schedule,
     Status,
     utcnow,
 )
-from outlast.store.common import check_labels, log, parse_label, worker_name
+from outlast.store.common import log, parse_label, worker_name
 from outlast.store.follower import follow
 from outlast.store.journal import NOT_STARTED, Fate, Journal
 from outlast.store.task import Task
@@ -45,6 +52,11 @@ from outlast.store.task import Task
 Transition = Callable[[JobState], Change | None]
 #: Reconciles a job whose worker may be gone; returns its true state.
 Reconciler = Callable[[JobState], JobState]
+#: A read-modify-write of one schedule: the schedule (None: there is none) in; the schedule to
+#: write, or None to write nothing, or :data:`REMOVE` out.
+ScheduleChange = Callable[[Schedule | None], object]
+#: What a :data:`ScheduleChange` returns to remove the schedule.
+REMOVE = object()
 _LIVE_LOCK = threading.RLock()
 _reconcilers: list[Callable[[Store], Reconciler]] = []
 
@@ -115,21 +127,6 @@ class Applied(NamedTuple):
     events: builtins.list[ProgressEvent]
 
 
-def _seconds(value: object, what: str, positive: bool) -> float | None:
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-        or (positive and value == 0)
-    ):
-        low = "> 0" if positive else ">= 0"
-        raise InvalidInput(f"{what} must be a finite number of seconds {low}, not {value!r}")
-    return float(value)
-
-
 class Store(abc.ABC):
     """Where jobs and their events live. Thread-safe; open one per process (not across fork)."""
 
@@ -152,54 +149,26 @@ class Store(abc.ABC):
         timeout: float | None = None,
         grace: float | None = None,
         pipeline: PipelineState | None = None,
+        keep: float | None = None,
     ) -> Task:
-        """Record a new pending job and return its handle; waiters on its queue are woken."""
-        try:
-            kind = Kind(kind)
-        except ValueError:
-            raise InvalidInput(f"kind is command, function or pipeline, not {kind!r}") from None
-        if command is not None and (
-            not isinstance(command, list)
-            or not command
-            or not all(isinstance(a, str) for a in command)
-        ):
-            raise InvalidInput("command must be a non-empty list of strings")
-        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-            raise InvalidInput(f"max_attempts must be a whole number >= 1, not {max_attempts!r}")
-        if queue != DEDICATED:  # the queue of spawned jobs, which pools never claim
-            check_queue(queue)
-        if payload is not None and not isinstance(payload, Mapping):
-            raise InvalidInput("payload must be a JSON object")
-        if call is not None and not isinstance(call, Call):
-            raise InvalidInput("call must be an outlast.model.Call")
-        if call is not None:
-            machine.check_json(call.args, "the job's arguments")
-            machine.check_json(call.kwargs, "the job's keyword arguments")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise InvalidInput(f"name must be a non-empty string, not {name!r}")
-        if pipeline is not None and not isinstance(pipeline, PipelineState):
-            raise InvalidInput("pipeline must be an outlast.model.PipelineState")
-        if run_after is not None and (not isinstance(run_after, datetime) or not run_after.tzinfo):
-            raise InvalidInput("run_after must be a time with a time zone")
-        now = utcnow()
-        state = JobState.build(
-            {
-                "id": new_id(),
-                "kind": kind,
-                "name": name or (command[0] if command else str(kind)),
-                "command": list(command) if command else None,
-                "call": call,
-                "labels": check_labels(labels),
-                "queue": queue,
-                "payload": machine.check_json(dict(payload or {}), "payload"),
-                "max_attempts": max_attempts,
-                "timeout": _seconds(timeout, "timeout", positive=True),
-                "grace": _seconds(grace, "grace", positive=False),
-                "run_after": run_after,
-                "pipeline": pipeline,
-                "created_at": now,
-                "updated_at": now,
-            }
+        """Record a new pending job and return its handle; waiters on its queue are woken.
+        ``run_after``: not to be claimed before then (a delay); ``keep``: seconds the job is
+        kept once finished (None: ``$OUTLAST_KEEP``)."""
+        state = machine.new_job(
+            kind=kind,
+            name=name,
+            command=command,
+            labels=labels,
+            queue=queue,
+            payload=payload,
+            max_attempts=max_attempts,
+            run_after=run_after,
+            call=call,
+            timeout=timeout,
+            grace=grace,
+            pipeline=pipeline,
+            keep=keep,
+            now=utcnow(),
         )
         self._insert(state)
         return Task(self, state.id)
@@ -394,6 +363,123 @@ class Store(abc.ABC):
         )
         return deque(updates, maxlen=1)[0][0]  # the last update's state
 
+    # ----------------------------------------------------------------------- schedules
+    def add_schedule(self, schedule: Schedule, replace: bool = False) -> Schedule:
+        """Store a new schedule (made by :func:`outlast.cron.new_schedule`). One of that name
+        raises :class:`ScheduleExists`, unless ``replace``: then it takes the new definition,
+        keeping its history, whether it is paused and, if its timing is the same, its next
+        fire time. Returns the schedule as stored."""
+        if not isinstance(schedule, Schedule):
+            raise InvalidInput("add_schedule takes an outlast.model.Schedule")
+        now = utcnow()
+
+        def put(old: Schedule | None) -> Schedule:
+            if old is None:
+                return schedule
+            if not replace:
+                raise ScheduleExists(
+                    f"a schedule named {schedule.id!r} exists; remove it first or replace it"
+                )
+            return cron.redefine(old, schedule, now)
+
+        return self._write_schedule(check_id(schedule.id), put)  # type: ignore[return-value]
+
+    def get_schedule(self, name: str) -> Schedule:
+        """The schedule ``name``, or :class:`ScheduleNotFound`."""
+        return self._read_schedule(check_id(name))
+
+    def schedules(self) -> builtins.list[Schedule]:
+        """Every schedule, by name."""
+        return sorted(self._list_schedules(), key=lambda s: s.id)
+
+    def update_schedule(self, name: str, change: Callable[[Schedule], Schedule]) -> Schedule:
+        """Apply ``change`` (pure) to the schedule atomically; returns it as stored."""
+
+        def apply(old: Schedule | None) -> Schedule:
+            if old is None:
+                raise ScheduleNotFound(f"no schedule {name}")
+            return change(old)
+
+        return self._write_schedule(check_id(name), apply)  # type: ignore[return-value]
+
+    def pause_schedule(self, name: str, paused: bool = True) -> Schedule:
+        """Pause (or resume) a schedule. A resumed schedule fires from its next fire time
+        after now: what came while it was paused is not caught up."""
+        now = utcnow()
+
+        def flip(s: Schedule) -> Schedule:
+            if s.paused == paused:
+                return s
+            changes: dict[str, Any] = {"paused": paused, "updated_at": now}
+            if not paused and s.next_at is not None and s.next_at <= now:
+                changes["next_at"] = cron.next_fire(s, now)
+            return s.evolve(**changes)
+
+        return self.update_schedule(name, flip)
+
+    def remove_schedule(self, name: str) -> None:
+        """Remove the schedule (the jobs it made stay)."""
+
+        def drop(old: Schedule | None) -> object:
+            if old is None:
+                raise ScheduleNotFound(f"no schedule {name}")
+            return REMOVE
+
+        self._write_schedule(check_id(name), drop)
+
+    def fire_schedules(self, now: datetime | None = None) -> builtins.list[JobState]:
+        """Fire every due schedule (the store's maintainer does this): each fire time makes
+        at most one job, inserted with the schedule's move to its next fire time in one
+        transaction (see :mod:`outlast.cron`). Returns the jobs made."""
+        return self._fire(now or utcnow(), None)
+
+    def run_schedule_now(self, name: str) -> JobState:
+        """Make one job of the schedule now (``run-now``), whatever its times and even when
+        it is paused; its next fire time stays."""
+        made = self._fire(utcnow(), check_id(name))
+        if not made:
+            raise ScheduleNotFound(f"no schedule {name}")
+        return made[0]
+
+    def next_fire(self) -> datetime | None:
+        """When the earliest schedule that is not paused fires next, or None."""
+        return self._next_fire()
+
+    # ----------------------------------------------------------------------- retention
+    def expired(
+        self, now: datetime | None = None, keep: float | None = None, limit: int = 500
+    ) -> builtins.list[JobState]:
+        """Finished jobs past their time: their own ``keep`` after they finished, else
+        ``keep`` seconds (the store-wide ``$OUTLAST_KEEP``; None: kept). Oldest first."""
+        now = now or utcnow()
+        cutoff = None if keep is None else now - timedelta(seconds=keep)
+        return self._expired(now, cutoff, limit)
+
+    def prune(
+        self, now: datetime | None = None, keep: float | None = None, limit: int = 500
+    ) -> builtins.list[str]:
+        """Remove up to ``limit`` jobs :meth:`expired` lists, each with its events and log in
+        its own short transaction (claims never wait behind a long one); returns their ids.
+        A job that is not finished any more, or gone, is skipped."""
+        removed = []
+        for state in self.expired(now, keep, limit):
+            try:
+                self._remove(state.id, False)
+            except (JobNotFound, JobActive):  # gone, or retried meanwhile
+                continue
+            removed.append(state.id)
+        return removed
+
+    def unclaimed(self, due_before: datetime) -> builtins.list[JobState]:
+        """Pending command and spawned jobs that no worker holds, due before
+        ``due_before``: their own worker should have taken them (the maintainer restarts
+        it, see ``outlast.run.reap``)."""
+        return [
+            s
+            for s in self._unclaimed(due_before)
+            if (s.kind == Kind.COMMAND or s.queue == DEDICATED) and s.worker is None
+        ]
+
     def _reconciler(self) -> Reconciler:
         """How waits reconcile: the run layer's when it is loaded (see :func:`use_reconciler`),
         else the store's own for the jobs it can finish alone."""
@@ -501,6 +587,40 @@ class Store(abc.ABC):
     def _live_jobs(self) -> builtins.list[JobState]:
         """The jobs a worker may hold: running, or pending and bound to a worker."""
 
+    # schedules: every adapter keeps them beside its jobs
+    @abc.abstractmethod
+    def _write_schedule(self, name: str, change: ScheduleChange) -> Schedule | None:
+        """Read the schedule (None if there is none), apply ``change`` and write what it
+        returns (nothing for None; remove it for :data:`REMOVE`), atomically; returns the
+        schedule as it is now (None once removed)."""
+
+    @abc.abstractmethod
+    def _read_schedule(self, name: str) -> Schedule: ...
+
+    @abc.abstractmethod
+    def _list_schedules(self) -> builtins.list[Schedule]: ...
+
+    @abc.abstractmethod
+    def _fire(self, now: datetime, manual: str | None) -> builtins.list[JobState]:
+        """Fire the due schedules (or, with ``manual``, that one schedule now, see
+        :func:`fire_one`): each in one transaction with the jobs it makes, a job whose id
+        exists already not made again. Returns the jobs made."""
+
+    @abc.abstractmethod
+    def _next_fire(self) -> datetime | None: ...
+
+    @abc.abstractmethod
+    def _expired(
+        self, now: datetime, cutoff: datetime | None, limit: int
+    ) -> builtins.list[JobState]:
+        """Finished jobs with ``now`` past their own ``finished_at + keep``, or without a
+        ``keep`` of their own and finished before ``cutoff`` (None: only the first)."""
+
+    @abc.abstractmethod
+    def _unclaimed(self, due_before: datetime) -> builtins.list[JobState]:
+        """Pending jobs that no worker holds, due before ``due_before`` (a superset of what
+        :meth:`unclaimed` returns is fine)."""
+
     @abc.abstractmethod
     def _lock_acquire(self, job_id: str) -> Any:
         """Take the job's worker lock or raise :class:`WorkerLockHeld`; returns a handle."""
@@ -578,3 +698,27 @@ def _abandon(state: JobState, fate: Fate) -> Change | None:
         if change is not None:
             log.info("job %s: the outcome its dead worker journaled is written", state.id)
     return change if change is not None else machine.abandon(state, now)
+
+
+def fire_one(
+    schedule: Schedule, now: datetime, manual: bool, last_live: bool
+) -> tuple[Schedule, builtins.list[JobState]]:
+    """What one schedule does in a fire (the adapters' shared rule): the schedule to write
+    and the jobs to insert."""
+    if manual:
+        new, fired = cron.manual(schedule, now)
+        return new, [cron.make_job(schedule, fired, now)]
+    new, fires = cron.plan(schedule, now, last_live)
+    return new, [cron.make_job(schedule, f, now) for f in fires]
+
+
+def live(status: str | None) -> bool:
+    """Whether a job of this status (None: gone) is live, for ``overlap=False``."""
+    return status is not None and Status(status) not in TERMINAL
+
+
+def expires_at(state: JobState) -> datetime | None:
+    """When a finished job with a ``keep`` of its own is due for removal, else None."""
+    if state.keep is None or state.finished_at is None or not state.terminal:
+        return None
+    return state.finished_at + timedelta(seconds=state.keep)

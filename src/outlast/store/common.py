@@ -13,6 +13,7 @@ from pathlib import Path
 
 from outlast import codec
 from outlast.errors import CorruptJob, InvalidInput, StoreError
+from outlast.machine import check_labels
 from outlast.model import JobState
 
 log = logging.getLogger("outlast.store")
@@ -99,11 +100,3 @@ def parse_label(label: str | Mapping[str, str] | None) -> dict[str, str]:
             raise InvalidInput(f"a label filter is key=value, not {label!r}")
         return {key: value}
     return check_labels(label)
-
-
-def check_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
-    labels = dict(labels or {})
-    for key, value in labels.items():
-        if not isinstance(key, str) or not key or "=" in key or not isinstance(value, str):
-            raise InvalidInput(f"labels are non-empty str keys (no '=') to str values: {key!r}")
-    return labels

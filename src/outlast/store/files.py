@@ -9,6 +9,8 @@ Layout of the store folder (0700; every file 0600)::
     .outlast/locks/     the liveness lock of each worker process (``host:pid``)
     .outlast/pulse/     pulse files that wake waiters (:mod:`outlast.store.notify`)
     .outlast/logs/      the jobs' output
+    .outlast/schedules/ one ``<name>.json`` per schedule (``Schedule.to_dict()``), and its
+                        ``<name>.lock`` for read-modify-write
 
 Durability: a document is written to ``<id>.json.<random>.tmp``, fsynced, renamed over
 ``<id>.json`` and the folder is fsynced, so a reader sees the old or the new document, never a
@@ -34,16 +36,23 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from outlast import codec, machine
-from outlast.errors import CorruptJob, InvalidJobId, JobActive, JobNotFound, StoreError
-from outlast.ids import check_id
-from outlast.model import JobState, Kind, ProgressEvent, Status, parse_time, utcnow
+from outlast.errors import (
+    CorruptJob,
+    InvalidJobId,
+    JobActive,
+    JobNotFound,
+    ScheduleNotFound,
+    StoreError,
+)
+from outlast.ids import DEDICATED, check_id
+from outlast.model import JobState, Kind, ProgressEvent, Schedule, Status, parse_time, utcnow
 from outlast.store import _local
-from outlast.store.base import Applied, Transition
+from outlast.store.base import REMOVE, Applied, ScheduleChange, Transition, fire_one, live
 from outlast.store.common import disk_full, log, make_private_dir, translated
 from outlast.store.journal import Journal
 
@@ -73,6 +82,8 @@ class _Entry:
     queue: str
     kind: Kind
     labels: dict[str, str]
+    finished_at: datetime | None = None
+    keep: float | None = None
 
 
 def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest: int) -> _Entry:
@@ -81,7 +92,12 @@ def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest
     if d["id"] != job_id or created_at is None:
         raise ValueError("not indexable")
     fields = (Status(d["status"]), d["worker"], run_after, d["queue"], Kind(d["kind"]))
-    return _Entry(key, trusted, digest, job_id, created_at, *fields, dict(d["labels"]))
+    finished_at, keep = parse_time(d.get("finished_at"), ""), d.get("keep")
+    if keep is not None and not isinstance(keep, int | float):
+        raise ValueError("not indexable")
+    return _Entry(
+        key, trusted, digest, job_id, created_at, *fields, dict(d["labels"]), finished_at, keep
+    )
 
 
 def _matches(job: _Entry | JobState, status: Status | None, labels: dict[str, str]) -> bool:
@@ -186,9 +202,9 @@ class FilesStore(_local.LocalStore):
             finally:
                 os.close(fd)
 
-    def _sync_dir(self) -> None:
-        """Make renames and unlinks in the folder durable."""
-        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    def _sync_dir(self, folder: Path | None = None) -> None:
+        """Make renames and unlinks in the folder (the store's, by default) durable."""
+        fd = os.open(folder or self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(fd)
         finally:
@@ -207,12 +223,15 @@ class FilesStore(_local.LocalStore):
 
     def _write_state(self, state: JobState) -> None:
         """Replace the document atomically and durably (temp file, fsync, rename, dir fsync)."""
-        final = self._file(state.id, ".json")
+        self._replace(self._file(state.id, ".json"), codec.encode(state) + b"\n")
+
+    def _replace(self, final: Path, data: bytes) -> None:
+        """Replace ``final`` with ``data`` atomically and durably."""
         tmp = final.with_name(f"{final.name}.{os.urandom(6).hex()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             try:
-                _write_all(fd, codec.encode(state) + b"\n")
+                _write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -221,7 +240,7 @@ class FilesStore(_local.LocalStore):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        self._sync_dir()
+        self._sync_dir(final.parent)
 
     def _insert(self, state: JobState) -> None:
         if state.id.endswith(_RESERVED):
@@ -524,3 +543,140 @@ class FilesStore(_local.LocalStore):
                 with self._translated(f"release {job_id}"):
                     self.parts.locks.release(job_id, lock)
         return claimed
+
+    # ------------------------------------------------------------------ schedules
+    def _schedule_dir(self) -> Path:
+        return make_private_dir(self.path / ".outlast" / "schedules")
+
+    @contextlib.contextmanager
+    def _schedule_locked(self, name: str) -> Iterator[Path]:
+        """Hold the schedule's lock; yields its document's path."""
+        folder = self._schedule_dir()
+        fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield folder / f"{name}.json"
+        finally:
+            os.close(fd)
+
+    def _load_schedule(self, name: str, path: Path) -> Schedule | None:
+        try:
+            _, raw = _slurp(path)
+        except FileNotFoundError:
+            return None
+        return codec.decode_schedule(name, raw)
+
+    def _write_schedule(self, name: str, change: ScheduleChange) -> Schedule | None:
+        with self._translated(f"schedule {name}"), self._schedule_locked(name) as path:
+            old = self._load_schedule(name, path)
+            new = change(old)
+            if new is None:
+                return old
+            if new is REMOVE:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                self._sync_dir(path.parent)
+                return None
+            assert isinstance(new, Schedule)
+            self._replace(path, codec.encode_schedule(new) + b"\n")
+            return new
+
+    def _read_schedule(self, name: str) -> Schedule:
+        with self._translated(f"read schedule {name}"):
+            found = self._load_schedule(name, self._schedule_dir() / f"{name}.json")
+        if found is None:
+            raise ScheduleNotFound(f"no schedule {name}")
+        return found
+
+    def _schedule_names(self) -> list[str]:
+        names = []
+        with os.scandir(self._schedule_dir()) as it:
+            for item in it:
+                name = item.name[:-5]
+                if item.name.endswith(".json") and _is_job_id(name):
+                    names.append(name)
+        return names
+
+    def _list_schedules(self) -> list[Schedule]:
+        out = []
+        with self._translated("list schedules"):
+            for name in self._schedule_names():
+                try:
+                    found = self._load_schedule(name, self._schedule_dir() / f"{name}.json")
+                except CorruptJob as exc:
+                    log.warning("skipping a corrupt schedule: %s", exc)
+                    continue
+                if found is not None:
+                    out.append(found)
+        return out
+
+    def _fire(self, now: datetime, manual: str | None) -> list[JobState]:
+        """Each due schedule under its own lock: its jobs first (one that exists already is
+        not made again), then the schedule moved on. A crash between the two leaves the
+        schedule to fire the same fire time again, which finds its job there."""
+        if manual is None:
+            due = [
+                s.id
+                for s in self._list_schedules()
+                if not s.paused and s.next_at is not None and s.next_at <= now
+            ]
+        else:
+            due = [manual]
+        made: list[JobState] = []
+        for name in due:
+            with self._translated(f"fire schedule {name}"), self._schedule_locked(name) as path:
+                try:
+                    schedule = self._load_schedule(name, path)
+                except CorruptJob as exc:
+                    log.warning("not firing a corrupt schedule: %s", exc)
+                    continue
+                if schedule is None:
+                    continue
+                last_live = False
+                if not schedule.overlap and schedule.last_job and manual is None:
+                    try:
+                        last_live = live(self._load(schedule.last_job).status)
+                    except (JobNotFound, CorruptJob):
+                        last_live = False
+                new, jobs = fire_one(schedule, now, manual is not None, last_live)
+                for job in jobs:
+                    with self._locked(job.id):
+                        if not self._file(job.id, ".json").exists():
+                            self._write_state(job)
+                    self.parts.pulse(job.id, True)
+                if new != schedule:
+                    self._replace(path, codec.encode_schedule(new) + b"\n")
+                made += jobs
+        return made
+
+    def _next_fire(self) -> datetime | None:
+        times = [s.next_at for s in self._list_schedules() if not s.paused and s.next_at]
+        return min(times, default=None)
+
+    # ------------------------------------------------------------------ retention, strays
+    def _expired(self, now: datetime, cutoff: datetime | None, limit: int) -> list[JobState]:
+        with self._translated("find expired jobs"):
+            entries = self._scan(claiming=True)
+        due = []
+        for e in entries:
+            if not e.status.terminal or e.finished_at is None:
+                continue
+            if e.keep is not None:
+                if e.finished_at + timedelta(seconds=e.keep) <= now:
+                    due.append(e)
+            elif cutoff is not None and e.finished_at <= cutoff:
+                due.append(e)
+        due.sort(key=lambda e: (e.finished_at or now, e.id))
+        return self._load_all(e.id for e in due[:limit])
+
+    def _unclaimed(self, due_before: datetime) -> list[JobState]:
+        with self._translated("find unclaimed jobs"):
+            entries = self._scan(claiming=True)
+        return self._load_all(
+            e.id
+            for e in entries
+            if e.status == Status.PENDING
+            and e.worker is None
+            and (e.kind == Kind.COMMAND or e.queue == DEDICATED)
+            and (e.run_after is None or e.run_after <= due_before)
+        )

@@ -66,7 +66,7 @@ from outlast.store._pglocks import HELD_SQL, AdvisoryLocks, PgMaintenance, lock_
 from outlast.store.base import Capabilities, MaintenanceLock
 from outlast.store.common import decode_listing, log, make_private_dir
 from outlast.store.journal import Fate, Journal, Key, line_fate, record_line
-from outlast.store.sql import LIVE, Dialect, Row, SqlStore, Write, tables
+from outlast.store.sql import LIVE, Dialect, Row, SqlStore, Write, tables, time_tables
 
 SHARDS = 16
 
@@ -79,6 +79,7 @@ def dialect(schema: str) -> Dialect:
         jobs=f"{s}.jobs",
         events=f"{s}.events",
         labels=f"{s}.labels",
+        schedules=f"{s}.schedules",
         text="text",
         blob="bytea",
         integer="integer",
@@ -115,6 +116,8 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
         ],
         # the latest attempt journal record of each job (outlast.store.journal)
         [f'CREATE TABLE IF NOT EXISTS "{schema}".journal (id text PRIMARY KEY, line text)'],
+        # schedules, and retention (outlast.cron; Store.prune)
+        list(time_tables(d, "(convert_from(doc, 'UTF8')::jsonb->>'finished_at')::timestamptz")),
     ]
 
 

@@ -22,10 +22,29 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from outlast import codec, machine
-from outlast.errors import CorruptJob, JobActive, JobNotFound
+from outlast.errors import CorruptJob, JobActive, JobNotFound, ScheduleNotFound
+from outlast.ids import DEDICATED
 from outlast.machine import NewEvent
-from outlast.model import TERMINAL, JobState, Kind, ProgressEvent, Status, format_time, utcnow
-from outlast.store.base import Applied, Store, Transition
+from outlast.model import (
+    TERMINAL,
+    JobState,
+    Kind,
+    ProgressEvent,
+    Schedule,
+    Status,
+    format_time,
+    utcnow,
+)
+from outlast.store.base import (
+    REMOVE,
+    Applied,
+    ScheduleChange,
+    Store,
+    Transition,
+    expires_at,
+    fire_one,
+    live,
+)
 from outlast.store.common import decode_listing, log
 
 Row = tuple[Any, ...]
@@ -48,6 +67,7 @@ class Dialect:
         "labels",
         "name",
         "param",
+        "schedules",
         "text",
         "time_type",
         "without_rowid",
@@ -61,6 +81,7 @@ class Dialect:
         jobs: str,
         events: str,
         labels: str,
+        schedules: str,
         text: str,
         blob: str,
         integer: str,
@@ -72,6 +93,7 @@ class Dialect:
         self.name, self.param = name, param
         #: Table names (PostgreSQL qualifies them with the store's schema).
         self.jobs, self.events, self.labels = jobs, events, labels
+        self.schedules = schedules
         #: Column types: text, binary, whole number, time.
         self.text, self.blob, self.integer, self.time_type = text, blob, integer, time_type
         #: Appended to a read-modify-write's select (``FOR UPDATE``; SQLite locks the file).
@@ -83,7 +105,9 @@ class Dialect:
     def sql(self, statement: str) -> str:
         """``statement`` written with ``?`` placeholders and ``{jobs}``-style table names, in
         this dialect."""
-        out = statement.format(jobs=self.jobs, events=self.events, labels=self.labels)
+        out = statement.format(
+            jobs=self.jobs, events=self.events, labels=self.labels, schedules=self.schedules
+        )
         return out if self.param == "?" else out.replace("?", self.param)
 
     def time(self, value: datetime | None) -> Any:
@@ -100,7 +124,8 @@ class Dialect:
 
 
 def tables(d: Dialect) -> list[str]:
-    """The three tables, in the dialect's types (the indexes are each engine's own)."""
+    """The three tables of the first schema version, in the dialect's types (the indexes
+    are each engine's own; later columns and tables come with :func:`time_tables`)."""
     return [
         d.sql(
             f"CREATE TABLE IF NOT EXISTS {{jobs}} (id {d.text} PRIMARY KEY,"
@@ -122,12 +147,44 @@ def tables(d: Dialect) -> list[str]:
     ]
 
 
+def time_tables(d: Dialect, finished_at: str) -> list[str]:
+    """What schedules and retention added (schema version 3 on SQLite, 4 on PostgreSQL):
+    ``jobs.finished_at`` and ``jobs.expires_at`` (a job's own ``keep`` after it finished),
+    and the ``schedules`` table (``doc`` is ``Schedule.to_dict()``). ``finished_at``: the
+    engine's expression of a document's ``finished_at``, to fill the new column."""
+    terminal = ", ".join(f"'{s}'" for s in _TERMINAL)
+    return [
+        d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN finished_at {d.time_type}"),
+        d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN expires_at {d.time_type}"),
+        d.sql(f"UPDATE {{jobs}} SET finished_at = {finished_at} WHERE status IN ({terminal})"),
+        d.sql(
+            "CREATE INDEX IF NOT EXISTS jobs_finished ON {jobs} (finished_at)"
+            " WHERE finished_at IS NOT NULL"
+        ),
+        d.sql(
+            "CREATE INDEX IF NOT EXISTS jobs_expires ON {jobs} (expires_at)"
+            " WHERE expires_at IS NOT NULL"
+        ),
+        d.sql(
+            f"CREATE TABLE IF NOT EXISTS {{schedules}} (id {d.text} PRIMARY KEY,"
+            f" paused {d.integer} NOT NULL DEFAULT 0, next_at {d.time_type},"
+            f" doc {d.blob} NOT NULL)"
+        ),
+        d.sql(
+            "CREATE INDEX IF NOT EXISTS schedules_next ON {schedules} (next_at) WHERE paused = 0"
+        ),
+    ]
+
+
 #: The columns of ``jobs`` a change can touch without touching the never-changing ones (and
 #: their indexes): kind, queue and created_at are set once.
-_SLIM = "UPDATE {jobs} SET status = ?, worker = ?, run_after = ?, doc = ?, seq = ? WHERE id = ?"
+_SLIM = (
+    "UPDATE {jobs} SET status = ?, worker = ?, run_after = ?, finished_at = ?, expires_at = ?,"
+    " doc = ?, seq = ? WHERE id = ?"
+)
 _FULL = (
     "UPDATE {jobs} SET status = ?, kind = ?, queue = ?, worker = ?, run_after = ?,"
-    " created_at = ?, doc = ?, seq = ? WHERE id = ?"
+    " created_at = ?, finished_at = ?, expires_at = ?, doc = ?, seq = ? WHERE id = ?"
 )
 #: Jobs a worker may hold: running, or pending and bound to the worker that will retry them
 #: (a running job always names its worker). Both engines index exactly these (``jobs_live``).
@@ -137,11 +194,27 @@ CLAIMABLE = "status = 'pending' AND worker IS NULL"
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_sql(d: Dialect, extra: tuple[str, ...]) -> str:
+def _insert_sql(d: Dialect, extra: tuple[str, ...], fired: bool = False) -> str:
+    """The insert of a job's row; ``fired``: a schedule's job, made at most once (its id is
+    the key of its fire time), so a second insert does nothing."""
     names = ", ".join(
-        ["status", "kind", "queue", "worker", "run_after", "created_at", "doc", "id", *extra]
+        [
+            "status",
+            "kind",
+            "queue",
+            "worker",
+            "run_after",
+            "created_at",
+            "finished_at",
+            "expires_at",
+            "doc",
+            "id",
+            *extra,
+        ]
     )
-    return d.sql(f"INSERT INTO {{jobs}} ({names}) VALUES ({', '.join('?' * (8 + len(extra)))})")
+    marks = ", ".join("?" * (10 + len(extra)))
+    sql = f"INSERT INTO {{jobs}} ({names}) VALUES ({marks})"
+    return d.sql(sql + (" ON CONFLICT (id) DO NOTHING" if fired else ""))
 
 
 if TYPE_CHECKING:  # an interface for annotations only (a Protocol costs import time)
@@ -194,7 +267,7 @@ class SqlStore(Store):
     # ------------------------------------------------------------------ rows
     def _columns(self, state: JobState) -> tuple[Any, ...]:
         """The queried columns of a job's row: status, kind, queue, worker, run_after,
-        created_at."""
+        created_at, finished_at, expires_at."""
         d = self.dialect
         return (
             str(state.status),
@@ -203,6 +276,8 @@ class SqlStore(Store):
             state.worker,
             d.time(state.run_after),
             d.time(state.created_at),
+            d.time(state.finished_at),
+            d.time(expires_at(state)),
         )
 
     def _insert(self, state: JobState) -> None:
@@ -217,11 +292,13 @@ class SqlStore(Store):
             tx.wake(state.id, True)
         self._remember(state, doc)
 
-    def _put_labels(self, tx: Tx, state: JobState) -> None:
+    def _put_labels(self, tx: Tx, state: JobState, fired: bool = False) -> None:
         if state.labels:
+            sql = "INSERT INTO {labels} (job_id, key, value) VALUES (?, ?, ?)"
+            if fired:  # made at most once: see _insert_sql
+                sql += " ON CONFLICT (job_id, key) DO NOTHING"
             tx.write_many(
-                self.dialect.sql("INSERT INTO {labels} (job_id, key, value) VALUES (?, ?, ?)"),
-                [(state.id, k, v) for k, v in state.labels.items()],
+                self.dialect.sql(sql), [(state.id, k, v) for k, v in state.labels.items()]
             )
 
     def _read(self, job_id: str) -> JobState:
@@ -268,7 +345,18 @@ class SqlStore(Store):
             doc = codec.encode(new)
             self._remember(new, doc)  # checked against the stored bytes when read back
             if (new.queue, new.kind, new.created_at) == (old.queue, old.kind, old.created_at):
-                slim.append((str(new.status), new.worker, d.time(new.run_after), doc, seq, job_id))
+                slim.append(
+                    (
+                        str(new.status),
+                        new.worker,
+                        d.time(new.run_after),
+                        d.time(new.finished_at),
+                        d.time(expires_at(new)),
+                        doc,
+                        seq,
+                        job_id,
+                    )
+                )
             else:
                 full.append((*self._columns(new), doc, seq, job_id))
             if new.labels != old.labels:
@@ -454,3 +542,121 @@ class SqlStore(Store):
                 tx.write(d.sql(f"DELETE FROM {table} WHERE {column} = ?"), (job_id,))
             tx.wake(job_id, False)
         self._forget(job_id)
+
+    # ------------------------------------------------------------------ schedules
+    def _write_schedule(self, name: str, change: ScheduleChange) -> Schedule | None:
+        d = self.dialect
+        with self._tx(f"schedule {name}") as tx:
+            sql = d.sql(f"SELECT doc FROM {{schedules}} WHERE id = ?{d.for_update}")
+            rows = tx.read(sql, (name,))
+            old = codec.decode_schedule(name, rows[0][0]) if rows else None
+            new = change(old)
+            if new is None:
+                return old
+            if new is REMOVE:
+                tx.write(d.sql("DELETE FROM {schedules} WHERE id = ?"), (name,))
+                return None
+            assert isinstance(new, Schedule)
+            values = (int(new.paused), d.time(new.next_at), codec.encode_schedule(new), name)
+            if rows:
+                sql = "UPDATE {schedules} SET paused = ?, next_at = ?, doc = ? WHERE id = ?"
+            else:
+                sql = "INSERT INTO {schedules} (paused, next_at, doc, id) VALUES (?, ?, ?, ?)"
+            tx.write(d.sql(sql), values)
+        return new
+
+    def _read_schedule(self, name: str) -> Schedule:
+        rows = self._query(
+            f"read schedule {name}",
+            self.dialect.sql("SELECT doc FROM {schedules} WHERE id = ?"),
+            (name,),
+        )
+        if not rows:
+            raise ScheduleNotFound(f"no schedule {name}")
+        return codec.decode_schedule(name, rows[0][0])
+
+    def _list_schedules(self) -> builtins.list[Schedule]:
+        rows = self._query("list schedules", self.dialect.sql("SELECT id, doc FROM {schedules}"))
+        out = []
+        for name, doc in rows:
+            try:
+                out.append(codec.decode_schedule(name, doc))
+            except CorruptJob as exc:
+                log.warning("skipping a corrupt schedule: %s", exc)
+        return out
+
+    def _fire(self, now: datetime, manual: str | None) -> builtins.list[JobState]:
+        d = self.dialect
+        made: list[JobState] = []
+        with self._tx("fire schedules") as tx:
+            if manual is None:
+                skip = " FOR UPDATE SKIP LOCKED" if d.name == "postgresql" else ""
+                sql = (
+                    "SELECT id, doc FROM {schedules} WHERE paused = 0 AND next_at <= ?"
+                    f" ORDER BY next_at LIMIT 100{skip}"
+                )
+                rows = tx.read(d.sql(sql), (d.time(now),))
+            else:
+                sql = f"SELECT id, doc FROM {{schedules}} WHERE id = ?{d.for_update}"
+                rows = tx.read(d.sql(sql), (manual,))
+            for name, doc in rows:
+                try:
+                    schedule = codec.decode_schedule(name, doc)
+                except CorruptJob as exc:
+                    log.warning("not firing a corrupt schedule: %s", exc)
+                    continue
+                last_live = False
+                if not schedule.overlap and schedule.last_job and manual is None:
+                    sql = d.sql("SELECT status FROM {jobs} WHERE id = ?")
+                    found = tx.read(sql, (schedule.last_job,))
+                    last_live = live(found[0][0] if found else None)
+                new, jobs = fire_one(schedule, now, manual is not None, last_live)
+                for job in jobs:
+                    extra = self._extra_columns(job)
+                    tx.write(
+                        _insert_sql(d, tuple(extra), fired=True),
+                        (*self._columns(job), codec.encode(job), job.id, *extra.values()),
+                    )
+                    self._put_labels(tx, job, fired=True)
+                    tx.wake(job.id, True)
+                sql = "UPDATE {schedules} SET paused = ?, next_at = ?, doc = ? WHERE id = ?"
+                values = (int(new.paused), d.time(new.next_at), codec.encode_schedule(new), name)
+                tx.write(d.sql(sql), values)
+                made += jobs
+        return made
+
+    def _next_fire(self) -> datetime | None:
+        sql = self.dialect.sql("SELECT min(next_at) FROM {schedules} WHERE paused = 0")
+        rows = self._query("next fire time", sql)
+        return _as_time(rows[0][0]) if rows else None
+
+    # ------------------------------------------------------------------ retention, strays
+    def _expired(
+        self, now: datetime, cutoff: datetime | None, limit: int
+    ) -> builtins.list[JobState]:
+        d = self.dialect
+        terminal = ", ".join(f"'{s}'" for s in _TERMINAL)
+        where, params = "expires_at <= ?", [d.time(now)]
+        if cutoff is not None:
+            where = f"({where} OR (expires_at IS NULL AND finished_at <= ?))"
+            params.append(d.time(cutoff))
+        sql = (
+            f"SELECT id, doc FROM {{jobs}} WHERE status IN ({terminal}) AND {where}"
+            f" ORDER BY finished_at LIMIT {int(limit)}"
+        )
+        return decode_listing(self._query("find expired jobs", d.sql(sql), params))
+
+    def _unclaimed(self, due_before: datetime) -> builtins.list[JobState]:
+        sql = (
+            f"SELECT id, doc FROM {{jobs}} WHERE {CLAIMABLE} AND (kind = 'command' OR queue = ?)"
+            " AND (run_after IS NULL OR run_after <= ?)"
+        )
+        params = (DEDICATED, self.dialect.time(due_before))
+        return decode_listing(self._query("find unclaimed jobs", self.dialect.sql(sql), params))
+
+
+def _as_time(value: Any) -> datetime | None:
+    """A time column's value (SQLite keeps ISO text)."""
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value)

@@ -16,7 +16,8 @@ What is SQLite's own here (the statements and the verbs are :mod:`outlast.store.
 
 Indexes: ``jobs_claim (status, queue, created_at, id)`` for claims, ``jobs_created`` and
 ``jobs_status_created`` for listings, ``jobs_live`` (the jobs a worker holds) for the
-maintainer, ``labels_kv`` for label filters. ``PRAGMA user_version`` is the schema version.
+maintainer, ``labels_kv`` for label filters, ``jobs_finished`` and ``jobs_expires`` for
+retention, ``schedules_next`` for the schedules due. ``PRAGMA user_version`` is the schema version.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from outlast.model import JobState, Kind
 from outlast.store import _local
 from outlast.store.common import disk_full, make_private_dir, translated
 from outlast.store.journal import Journal
-from outlast.store.sql import LIVE, Dialect, Row, SqlStore, Write, tables
+from outlast.store.sql import LIVE, Dialect, Row, SqlStore, Write, tables, time_tables
 
 DOC_CACHE = 4096  # parsed documents kept per store object, reused only if byte-identical
 BUSY_TIMEOUT = 60.0  # seconds a writer waits for SQLite's write lock before giving up
@@ -49,6 +50,7 @@ DIALECT = Dialect(
     jobs="jobs",
     events="events",
     labels="labels",
+    schedules="schedules",
     text="TEXT",
     blob="BLOB",
     integer="INTEGER",
@@ -66,6 +68,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX IF NOT EXISTS labels_kv ON labels (key, value)",
     ),
     (f"CREATE INDEX IF NOT EXISTS jobs_live ON jobs (worker) WHERE {LIVE}",),
+    tuple(time_tables(DIALECT, "json_extract(CAST(doc AS TEXT), '$.finished_at')")),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from outlast import config, machine
 from outlast.errors import InvalidInput, WorkerLockHeld
-from outlast.machine import Change
+from outlast.machine import Change, check_labels
 from outlast.model import (
     JSON,
     ErrorInfo,
@@ -19,7 +19,7 @@ from outlast.model import (
     clamp_progress,
     utcnow,
 )
-from outlast.store.common import check_labels, worker_name
+from outlast.store.common import worker_name
 
 if TYPE_CHECKING:  # only for annotations: the store module imports this one
     from outlast.store.base import Store, Transition
