@@ -21,12 +21,22 @@ if TYPE_CHECKING:
         OutlastError,
         Pause,
         PollTimeout,
+        ScheduleExists,
+        ScheduleNotFound,
         StoreError,
         WorkerLockHeld,
     )
-    from outlast.model import ErrorInfo, EventStatus, JobState, Kind, ProgressEvent, Status
+    from outlast.model import (
+        ErrorInfo,
+        EventStatus,
+        JobState,
+        Kind,
+        ProgressEvent,
+        Schedule,
+        Status,
+    )
     from outlast.pipeline import Pipeline, Stage, poll
-    from outlast.run.api import Job, job, run_command, spawn, submit, use_store
+    from outlast.run.api import Job, Options, job, run_command, schedule, spawn, submit, use_store
     from outlast.run.context import JobContext, current
     from outlast.run.registry import JobSpec
     from outlast.store import Reporter, Store, Task, open_store
@@ -35,13 +45,14 @@ if TYPE_CHECKING:
 _LAZY = {
     "outlast.errors": (
         "Canceled CorruptJob Fail InvalidInput InvalidJobId InvalidTransition JobActive "
-        "JobNotFound OutlastError Pause PollTimeout StoreError WorkerLockHeld"
+        "JobNotFound OutlastError Pause PollTimeout ScheduleExists ScheduleNotFound StoreError "
+        "WorkerLockHeld"
     ),
-    "outlast.model": "ErrorInfo EventStatus JobState Kind ProgressEvent Status",
+    "outlast.model": "ErrorInfo EventStatus JobState Kind ProgressEvent Schedule Status",
     "outlast.pipeline": "Pipeline Stage poll",
     "outlast.store": "Reporter Store Task open_store",
     "outlast.run.registry": "JobSpec",
-    "outlast.run.api": "Job job run_command spawn submit use_store",
+    "outlast.run.api": "Job Options job run_command schedule spawn submit use_store",
     "outlast.run.context": "JobContext current",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
@@ -80,12 +91,16 @@ __all__ = [
     "JobSpec",
     "JobState",
     "Kind",
+    "Options",
     "OutlastError",
     "Pause",
     "Pipeline",
     "PollTimeout",
     "ProgressEvent",
     "Reporter",
+    "Schedule",
+    "ScheduleExists",
+    "ScheduleNotFound",
     "Stage",
     "Status",
     "Store",
@@ -98,6 +113,7 @@ __all__ = [
     "open_store",
     "poll",
     "run_command",
+    "schedule",
     "spawn",
     "submit",
     "use_store",

@@ -43,6 +43,21 @@ def retry_delay() -> float:
     return _number("OUTLAST_RETRY_DELAY", 1.0)
 
 
+def keep() -> float | None:
+    """``OUTLAST_KEEP``: how long finished jobs are kept (a duration like ``30d``), after
+    which the store's maintainer removes them with their events and logs; unset: forever.
+    A job's own ``keep=`` wins over it."""
+    raw = os.environ.get("OUTLAST_KEEP", "").strip()
+    if not raw or raw in ("forever", "inf"):
+        return None
+    from outlast.when import parse_duration
+
+    try:
+        return parse_duration(raw, "$OUTLAST_KEEP")
+    except InvalidInput as exc:
+        raise InvalidInput(f"{exc} (or 'forever')") from None
+
+
 def store_url() -> str | None:
     return os.environ.get("OUTLAST_STORE") or None
 

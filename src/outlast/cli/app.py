@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import click
@@ -73,19 +74,71 @@ def parse_json(text: str | None, what: str) -> Any:
         raise click.BadParameter(f"not valid JSON ({exc})", param_hint=what) from None
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in ``90s``, ``15m``, ``12h``, ``7d`` or a bare number of seconds."""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+def parse_duration(text: str | None, hint: str) -> float | None:
+    """Seconds in ``90s``, ``15m``, ``12h``, ``7d``, ``1h30m`` or a bare number of seconds
+    (the one parser of :mod:`outlast.when`); None for None."""
+    if text is None:
+        return None
+    from outlast.when import parse_duration as parse
+
     try:
-        value = float(number)
-    except ValueError:
-        raise click.BadParameter(
-            f"a duration is like 90s, 15m, 12h or 7d, not {text!r}", param_hint="--older-than"
-        ) from None
-    if not value >= 0 or value == float("inf"):
-        raise click.BadParameter(f"must be >= 0, not {text!r}", param_hint="--older-than")
-    return value * units[unit]
+        return parse(text, "a duration")
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint=hint) from None
+
+
+def due_time(delay: str | None, at: str | None) -> Any:
+    """When a job given ``--in`` or ``--at`` runs (None: now); a time already past runs now,
+    and the user is told."""
+    from outlast.when import due_time as due
+
+    if delay is not None and at is not None:
+        raise click.UsageError("give --in or --at, not both")
+    if delay is not None:
+        parse_duration(delay, "--in")
+    try:
+        run_after, past = due(delay, at)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--at") from None
+    if past:
+        click.echo(f"outlast: --at {at} is in the past; the job runs now", err=True)
+    return run_after
+
+
+def time_options(fn: F) -> F:
+    """``--in``, ``--at``, ``--timeout`` and ``--keep``, shared by run, submit and spawn."""
+    for option in reversed(
+        [
+            click.option(
+                "--in",
+                "--delay",
+                "delay",
+                metavar="DURATION",
+                help="Run no sooner than this from now: 90s, 15m, 12h, 7d, 1h30m.",
+            ),
+            click.option(
+                "--at",
+                "at",
+                metavar="TIME",
+                help="Run at this time, ISO 8601 with a zone: 2026-12-24T03:00Z (past: now).",
+            ),
+            click.option(
+                "--timeout",
+                metavar="DURATION",
+                help="Stop each attempt after this long (code timeout): 30s, 10m, 2h.",
+            ),
+            click.option(
+                "--keep",
+                metavar="DURATION",
+                help="Remove the finished job after this long (default: $OUTLAST_KEEP).",
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+_TICK = timedelta(microseconds=1)
 
 
 def _one_line(message: str) -> str:
@@ -148,6 +201,7 @@ def cli() -> None:
     show_default=True,
     help="Seconds between SIGTERM and SIGKILL on cancel.",
 )
+@time_options
 @json_option
 @store_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -156,17 +210,27 @@ def run(
     labels: tuple[str, ...],
     attempts: int,
     grace: float,
+    delay: str | None,
+    at: str | None,
+    timeout: str | None,
+    keep: str | None,
     as_json: bool,
     store_url: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND as a detached job and print its id at once.
 
-    Use -- before the command: outlast run --name build -- make -j4
+    Use -- before the command: outlast run --name build -- make -j4. With --in or --at its
+    supervisor starts now and waits for that time.
     """
     if not command:
         raise click.UsageError("no command given: outlast run [OPTIONS] -- COMMAND [ARGS]...")
     parsed = parse_labels(labels)
+    run_after = due_time(delay, at)
+    seconds = parse_duration(timeout, "--timeout")
+    if seconds == 0:
+        raise click.BadParameter("must be more than 0", param_hint="--timeout")
+    kept = parse_duration(keep, "--keep")
     from outlast.run.api import run_command
 
     with _open(store_url, create=True) as store:
@@ -177,6 +241,9 @@ def run(
             attempts=attempts,
             grace=grace,
             store=store,
+            at=run_after,
+            timeout=seconds,
+            keep=kept,
         )
         if as_json:
             _print_job(task.state(), True)
@@ -325,28 +392,62 @@ def rm(job_ids: tuple[str, ...], force: bool, store_url: str | None) -> None:
 @click.option(
     "--older-than",
     "older_than",
-    required=True,
     metavar="DURATION",
-    help="Age since the job finished: 90s, 15m, 12h, 7d.",
+    help="Remove jobs finished longer ago than this (90s, 15m, 12h, 7d), whatever their keep.",
 )
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=10000, show_default=True, help="At most."
+)
+@json_option
 @store_option
-def prune(older_than: str, dry_run: bool, store_url: str | None) -> None:
-    """Remove finished jobs (succeeded, failed, canceled) older than DURATION."""
-    from datetime import timedelta
+def prune(
+    older_than: str | None, dry_run: bool, limit: int, as_json: bool, store_url: str | None
+) -> None:
+    """Remove finished jobs (with their events and logs) that retention says are due:
+    each job's own --keep, else $OUTLAST_KEEP; or all finished --older-than DURATION.
+    The store's maintainer (any pool or server) does this on its own once a minute."""
+    from outlast import config
+    from outlast.model import utcnow
 
-    from outlast.model import TERMINAL, utcnow
-
-    cutoff = utcnow() - timedelta(seconds=parse_duration(older_than))
-    removed = 0
+    keep = parse_duration(older_than, "--older-than") if older_than else config.keep()
+    if keep is None and older_than is None:
+        click.echo("outlast: $OUTLAST_KEEP is not set: only jobs with their own keep", err=True)
+    now = utcnow()
     with _open(store_url) as store:
-        for status_ in TERMINAL:
-            for state in store.list(status=status_, limit=None):
-                if (state.finished_at or state.updated_at) < cutoff:
-                    if not dry_run:
-                        store.delete(state.id)
-                    removed += 1
-    click.echo(f"{'would remove' if dry_run else 'removed'} {removed} job(s)")
+        if older_than is not None:  # every finished job older than that, whatever its keep
+            from datetime import timedelta
+
+            cutoff = now - timedelta(seconds=keep or 0)
+            due = [
+                s
+                for status_ in ("succeeded", "failed", "canceled")
+                for s in store.list(status=status_, limit=None)
+                if (s.finished_at or s.updated_at) <= cutoff
+            ]
+            due = sorted(due, key=lambda s: s.finished_at or s.updated_at)[:limit]
+        else:
+            due = store.expired(now, keep, limit)
+        removed = []
+        for state in due:
+            if not dry_run:
+                try:
+                    store.delete(state.id)
+                except OutlastError as exc:  # retried or deleted meanwhile
+                    click.echo(f"outlast: {state.id}: {exc}", err=True)
+                    continue
+            removed.append(state)
+    if as_json:
+        docs = [
+            {"id": s.id, "name": s.name, "finished_at": s.to_dict()["finished_at"]} for s in removed
+        ]
+        click.echo(render.dumps({"dry_run": dry_run, "jobs": docs}))
+        return
+    for state in removed if dry_run else []:
+        click.echo(
+            f"{state.id}  {state.status}  finished {state.to_dict()['finished_at']}  {state.name}"
+        )
+    click.echo(f"{'would remove' if dry_run else 'removed'} {len(removed)} job(s)")
 
 
 @cli.command()
@@ -424,6 +525,7 @@ def job_input_options(fn: F) -> F:
                 metavar="MODULE",
                 help="Import MODULE first (where the job is registered).",
             ),
+            time_options,
             json_option,
             store_option,
         ]
@@ -443,6 +545,10 @@ def _create_job(
     as_json: bool,
     store_url: str | None,
     detach: bool,
+    delay: str | None = None,
+    at: str | None = None,
+    timeout: str | None = None,
+    keep: str | None = None,
 ) -> None:
     args = parse_json(args_json, "--args") if args_json is not None else []
     kwargs = parse_json(kwargs_json, "--kwargs") if kwargs_json is not None else {}
@@ -467,13 +573,21 @@ def _create_job(
         raise click.UsageError("--payload is for pipelines; a function takes --args/--kwargs")
     if detach and queue is not None:
         raise click.UsageError("a spawned job runs in its own worker: no --queue")
+    seconds = parse_duration(timeout, "--timeout")
+    if seconds == 0:
+        raise click.BadParameter("must be more than 0", param_hint="--timeout")
+    options: dict[str, Any] = {
+        "labels": parsed_labels,
+        "payload": payload,
+        "run_after": due_time(delay, at),
+        "timeout": seconds,
+        "keep": parse_duration(keep, "--keep"),
+    }
     with _open(store_url, create=True) as store:
         if detach:
-            task = spawn_job(store, spec, args, kwargs, labels=parsed_labels, payload=payload)
+            task = spawn_job(store, spec, args, kwargs, **options)
         else:
-            task = create_job(
-                store, spec, args, kwargs, queue=queue, labels=parsed_labels, payload=payload
-            )
+            task = create_job(store, spec, args, kwargs, queue=queue, **options)
         if as_json:
             _print_job(task.state(), True)
         else:
@@ -590,6 +704,230 @@ def serve(
     from outlast.http.server import serve as serve_http
 
     serve_http(store_url, host, port, token, imports=imports)
+
+
+@cli.group()
+def schedule() -> None:
+    """Schedules: jobs made at cron times or intervals, fired by the store's maintainer
+    (any running pool or `outlast serve`, or `outlast scheduler`), each fire time once."""
+
+
+def _schedule_doc(store: Store, found: Any) -> dict[str, Any]:
+    from outlast.run.schedules import describe
+
+    return describe(store, found)
+
+
+@schedule.command(name="add")
+@click.argument("name")
+@click.option("--cron", "cron_expr", metavar="EXPR", help="Five-field cron: '0 3 * * *'.")
+@click.option("--every", metavar="DURATION", help="An interval instead: 30s, 10m, 1h.")
+@click.option("--tz", metavar="ZONE", help="IANA time zone of --cron (default UTC).")
+@click.option(
+    "--misfire",
+    type=click.Choice(["once", "skip"]),
+    default="once",
+    show_default=True,
+    help="Fires missed while no process maintained the store: one catch-up run, or none.",
+)
+@click.option("--no-overlap", is_flag=True, help="Skip a fire while the last job is still live.")
+@click.option("--job", "job_name", metavar="JOBNAME", help="A registered job instead of a command.")
+@click.option("--args", "args_json", metavar="JSON", help="--job's positional arguments.")
+@click.option("--kwargs", "kwargs_json", metavar="JSON", help="--job's keyword arguments.")
+@click.option("--payload", "payload_json", metavar="JSON", help="A pipeline's input.")
+@click.option("--import", "imports", multiple=True, metavar="MODULE", help="Where --job is.")
+@click.option("--queue", help="--job's queue (default: the job's own).")
+@click.option("--label", "labels", multiple=True, metavar="K=V", help="Label each job.")
+@click.option("--attempts", type=click.IntRange(min=1), help="Attempts of each job.")
+@click.option("--timeout", metavar="DURATION", help="Stop each attempt after this long.")
+@click.option("--keep", metavar="DURATION", help="Remove each finished job after this long.")
+@click.option("--replace", is_flag=True, help="Update a schedule of this name.")
+@json_option
+@store_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def schedule_add(
+    name: str,
+    cron_expr: str | None,
+    every: str | None,
+    tz: str | None,
+    misfire: str,
+    no_overlap: bool,
+    job_name: str | None,
+    args_json: str | None,
+    kwargs_json: str | None,
+    payload_json: str | None,
+    imports: tuple[str, ...],
+    queue: str | None,
+    labels: tuple[str, ...],
+    attempts: int | None,
+    timeout: str | None,
+    keep: str | None,
+    replace: bool,
+    as_json: bool,
+    store_url: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Add a schedule NAME that runs a command (after --) or a registered --job.
+
+    outlast schedule add nightly --cron "0 3 * * *" --tz Europe/Berlin -- ./backup.sh
+    """
+    if (cron_expr is None) == (every is None):
+        raise click.UsageError("give --cron EXPR or --every DURATION")
+    if bool(command) == bool(job_name):
+        raise click.UsageError("give a command after -- or --job JOBNAME (one of them)")
+    common: dict[str, Any] = {
+        "cron_expr": cron_expr,
+        "every": parse_duration(every, "--every"),
+        "tz": tz,
+        "misfire": misfire,
+        "overlap": not no_overlap,
+        "labels": parse_labels(labels),
+        "timeout": parse_duration(timeout, "--timeout"),
+        "keep": parse_duration(keep, "--keep"),
+        "replace": replace,
+    }
+    from outlast.run import registry, schedules
+
+    if command:
+        if args_json or kwargs_json or payload_json or queue or imports:
+            raise click.UsageError("--args, --kwargs, --payload, --queue, --import go with --job")
+        with _open(store_url, create=True) as store:
+            made = schedules.add_command(
+                store, name, list(command), attempts=attempts or 1, **common
+            )
+            doc = _schedule_doc(store, made)
+    else:
+        assert job_name is not None
+        args = parse_json(args_json, "--args") if args_json is not None else []
+        kwargs = parse_json(kwargs_json, "--kwargs") if kwargs_json is not None else {}
+        payload = parse_json(payload_json, "--payload")
+        if not isinstance(args, list):
+            raise click.BadParameter("must be a JSON list", param_hint="--args")
+        if not isinstance(kwargs, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--kwargs")
+        if payload_json is not None and not isinstance(payload, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--payload")
+        if queue is not None:
+            _queue_name(queue)
+        registry.import_modules(list(imports))
+        spec = registry.lookup(job_name)
+        with _open(store_url, create=True) as store:
+            made = schedules.add_job(
+                store,
+                spec,
+                name=name,
+                args=args,
+                kwargs=kwargs,
+                payload=payload,
+                queue=queue,
+                attempts=attempts,
+                **common,
+            )
+            doc = _schedule_doc(store, made)
+    if as_json:
+        click.echo(render.dumps(doc))
+    else:
+        click.echo(f"{name}: next run at {doc['next_at']}")
+
+
+@schedule.command(name="ls")
+@json_option
+@store_option
+def schedule_ls(as_json: bool, store_url: str | None) -> None:
+    """List schedules: when they fire next, and their last job and its status."""
+    with _open(store_url) as store:
+        docs = [_schedule_doc(store, s) for s in store.schedules()]
+    click.echo(render.dumps({"schedules": docs}) if as_json else render.schedules_table(docs))
+
+
+@schedule.command(name="show")
+@click.argument("name")
+@json_option
+@store_option
+def schedule_show(name: str, as_json: bool, store_url: str | None) -> None:
+    """Show one schedule and its next five fire times."""
+    from outlast import cron
+    from outlast.model import utcnow
+
+    with _open(store_url) as store:
+        found = store.get_schedule(name)
+        doc = _schedule_doc(store, found)
+    if as_json:
+        click.echo(render.dumps(doc))
+        return
+    click.echo(render.schedules_table([doc]))
+    if not found.paused:
+        for at in cron.upcoming(found, 5, (found.next_at or utcnow()) - _TICK):
+            click.echo(f"  next: {at.isoformat()}")
+
+
+@schedule.command(name="rm")
+@click.argument("names", nargs=-1, required=True, metavar="NAME...")
+@store_option
+def schedule_rm(names: tuple[str, ...], store_url: str | None) -> None:
+    """Remove schedules (the jobs they made stay)."""
+    from outlast.run import schedules
+
+    with _open(store_url) as store:
+        for name in names:
+            schedules.remove(store, name)
+            click.echo(f"{name} removed")
+
+
+@schedule.command(name="pause")
+@click.argument("name")
+@json_option
+@store_option
+def schedule_pause(name: str, as_json: bool, store_url: str | None) -> None:
+    """Stop firing a schedule until it is resumed."""
+    with _open(store_url) as store:
+        doc = _schedule_doc(store, store.pause_schedule(name))
+    click.echo(render.dumps(doc) if as_json else f"{name} paused")
+
+
+@schedule.command(name="resume")
+@click.argument("name")
+@json_option
+@store_option
+def schedule_resume(name: str, as_json: bool, store_url: str | None) -> None:
+    """Fire a paused schedule again, from its next fire time after now."""
+    with _open(store_url) as store:
+        doc = _schedule_doc(store, store.pause_schedule(name, paused=False))
+    click.echo(render.dumps(doc) if as_json else f"{name} resumed: next run at {doc['next_at']}")
+
+
+@schedule.command(name="run-now")
+@click.argument("name")
+@json_option
+@store_option
+def schedule_run_now(name: str, as_json: bool, store_url: str | None) -> None:
+    """Make one job of the schedule now (its fire times stay as they are); print its id."""
+    from outlast.run import schedules
+
+    with _open(store_url) as store:
+        job = schedules.run_now(store, name)
+    if as_json:
+        _print_job(job, True)
+    else:
+        click.echo(job.id)
+
+
+@cli.command()
+@click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE first: its @outlast.job(cron=…) schedules are stored.",
+)
+@store_option
+def scheduler(imports: tuple[str, ...], store_url: str | None) -> None:
+    """Maintain the store in the foreground, and nothing else: fire schedules, reconcile the
+    jobs of dead workers, apply retention. Any pool or `outlast serve` does this already;
+    run this where neither runs. Several may run: one at a time is the maintainer."""
+    from outlast.run.maintain import run_maintainer
+
+    run_maintainer(store_url, list(imports))
 
 
 def run_cli(argv: list[str]) -> None:

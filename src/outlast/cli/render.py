@@ -30,6 +30,20 @@ def _age(stamp: str | None, now: datetime | None = None) -> str:
     return f"{max(0, int(seconds))}s"
 
 
+def _duration(seconds: float) -> str:
+    from outlast.when import format_duration
+
+    return format_duration(seconds)
+
+
+def _until(stamp: str, now: datetime | None = None) -> str:
+    """``in 5m`` (or ``due now``) until an ISO time."""
+    from datetime import UTC, datetime
+
+    seconds = (datetime.fromisoformat(stamp) - (now or datetime.now(UTC))).total_seconds()
+    return f"in {_duration(seconds)}" if seconds >= 0.5 else "due now"
+
+
 def _progress(doc: dict[str, Any]) -> str:
     value = doc.get("progress")
     return "-" if value is None else f"{value:.0f}%"
@@ -40,6 +54,25 @@ def _status(doc: dict[str, Any]) -> str:
     if doc.get("max_attempts", 1) > 1 or doc.get("attempts", 0) > 1:
         status += f" (attempt {doc.get('attempts', 0)} of {doc.get('max_attempts', 1)})"
     return status
+
+
+def _time_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """Its times, its timeout and retention, and the schedule that made it."""
+    rows = []
+    if doc.get("timeout") is not None:
+        rows.append(("timeout", _duration(doc["timeout"])))
+    fired = doc.get("fired")
+    if fired:
+        why = {"catch_up": ", a catch-up", "manual": ", run by hand"}.get(fired.get("reason"), "")
+        rows.append(("schedule", f"{fired.get('schedule')} (for {fired.get('fire_at')}{why})"))
+    for key in ("created_at", "started_at", "finished_at"):
+        if doc.get(key):
+            rows.append((key.replace("_at", "").replace("_", " "), doc[key]))
+    if doc.get("run_after") and doc.get("status") == "pending":
+        rows.append(("runs at", f"{doc['run_after']} ({_until(doc['run_after'])})"))
+    if doc.get("keep") is not None:
+        rows.append(("kept for", _duration(doc["keep"]) + " after it finishes"))
+    return rows
 
 
 def _outcome_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
@@ -80,9 +113,7 @@ def job_text(doc: dict[str, Any]) -> str:
     if doc.get("answer") is not None:
         rows.append(("answer", json.dumps(doc["answer"], ensure_ascii=False)))
     rows += [(k, str(doc[k])) for k in ("pid", "worker") if doc.get(k)]
-    for key in ("created_at", "started_at", "finished_at", "run_after"):
-        if doc.get(key):
-            rows.append((key.replace("_at", "").replace("_", " "), doc[key]))
+    rows += _time_rows(doc)
     rows += _outcome_rows(doc)
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k + ':':<{width + 1}} {v}" for k, v in rows)
@@ -97,10 +128,13 @@ def jobs_table(docs: list[dict[str, Any]]) -> str:
     now = datetime.now(UTC)
     rows = [("ID", "STATUS", "PROGRESS", "STEP", "AGE", "NAME")]
     for d in docs:
+        status = d["status"]
+        if status == "pending" and d.get("run_after"):
+            status = f"pending ({_until(d['run_after'], now)})"
         rows.append(
             (
                 d["id"],
-                d["status"],
+                status,
                 _progress(d),
                 d.get("step") or "-",
                 _age(d.get("created_at"), now),
@@ -123,3 +157,37 @@ def event_line(event: dict[str, Any]) -> str:
     )
     stamp = event["at"][11:23]
     return f"{stamp}  #{event['seq']:<4} {event['step']:<16} {event['status']:<9} {text}".rstrip()
+
+
+def schedules_table(docs: list[dict[str, Any]]) -> str:
+    """Schedules, one a line: name, when, next fire time, the last job and its status."""
+    if not docs:
+        return "no schedules"
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC)
+    rows = [("NAME", "WHEN", "NEXT", "LAST JOB", "JOB")]
+    for d in docs:
+        when = f"cron {d['cron']}" if d.get("cron") else f"every {_duration(d['every'])}"
+        if d.get("cron") and d.get("tz") not in (None, "UTC"):
+            when += f" ({d['tz']})"
+        nxt = "paused" if d.get("paused") else "-"
+        if not d.get("paused") and d.get("next_at"):
+            nxt = f"{d['next_at'][:19]}Z ({_until(d['next_at'], now)})"
+        last = "-"
+        if d.get("last_job"):
+            last = f"{d['last_job']} {d.get('last_status') or 'deleted'}"
+        job = d["job"]
+        what = shlex_join(job["command"]) if job.get("command") else job["name"]
+        rows.append((d["id"], when, nxt, last, what))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(f"{cell:<{widths[i]}}" for i, cell in enumerate(r[:4])) + "  " + r[4]
+        for r in rows
+    )
+
+
+def shlex_join(argv: list[str]) -> str:
+    import shlex
+
+    return shlex.join(argv)

@@ -82,6 +82,7 @@ def serve(
     from outlast.http.app import create_app
     from outlast.run.maintain import Maintainer
     from outlast.run.registry import import_modules
+    from outlast.run.schedules import sync_declared
     from outlast.store import open_store
 
     import_modules(list(imports))
@@ -89,6 +90,7 @@ def serve(
     store = open_store(store_url)
     maintainer = Maintainer(store)  # the server takes its turn at the store's maintenance
     try:
+        sync_declared(store)  # @outlast.job(cron=…) of the imported modules
         maintainer.start()
         app = create_app(store, token=token)
         server = uvicorn.Server(

@@ -2,7 +2,13 @@
 
 - ``submit(job, …)`` queues a registered function (or pipeline) for the pools;
 - ``spawn(job, …)`` runs it in a dedicated detached worker, now;
-- ``run_command(argv, …)`` runs a command in a detached supervisor.
+- ``run_command(argv, …)`` runs a command in a detached supervisor;
+- ``schedule(job_or_argv, cron=… | every=…, …)`` makes one of them at each fire time.
+
+Each takes ``delay`` (a duration: ``90``, ``"15m"``) or ``at`` (an aware time or ISO 8601 text)
+to run later, ``timeout`` and ``keep``. For a function's own call, these options go through
+``job.options(delay=…, timeout=…).submit(*args, **kwargs)``, so they can never collide with
+the function's keyword arguments.
 
 The CLI, the HTTP edge (and later the MCP server) call these: no edge creates a job itself.
 Anything that is not JSON is refused here, before anything is written.
@@ -14,13 +20,14 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from outlast import config
+from outlast import config, when
 from outlast.errors import InvalidInput, OutlastError, StoreError
 from outlast.ids import DEDICATED
-from outlast.model import Call, ErrorInfo, Kind, PipelineState
-from outlast.run import registry
+from outlast.model import Call, ErrorInfo, Kind, PipelineState, Schedule
+from outlast.run import registry, schedules
 from outlast.run import spawn as spawner
 from outlast.run.registry import JobSpec
 from outlast.stages import OUTPUTS
@@ -59,41 +66,200 @@ class Job(JobSpec):
         """Run a job in its own detached worker (see :func:`outlast.spawn`)."""
         return spawn(self, *args, **kwargs)
 
+    def options(
+        self,
+        *,
+        delay: object = None,
+        at: object = None,
+        timeout: object = None,
+        keep: object = None,
+        queue: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        attempts: int | None = None,
+    ) -> Options:
+        """This job with options for one call: ``job.options(delay="10m").submit(x)``.
+
+        ``delay`` (seconds or ``"15m"``) or ``at`` (an aware time or ISO 8601 text): not to
+        run before then (a time already past runs now). ``timeout``: the attempt is stopped
+        then (code ``timeout``). ``keep``: how long the finished job is kept. ``queue``,
+        ``labels``, ``attempts`` as in ``@outlast.job``. Checked here, before anything is
+        stored."""
+        return Options(self, delay, at, timeout, keep, queue, labels, attempts)
+
+
+class Options:
+    """A registered job with per-call options (see :meth:`Job.options`)."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        delay: object,
+        at: object,
+        timeout: object,
+        keep: object,
+        queue: str | None,
+        labels: Mapping[str, str] | None,
+        attempts: int | None,
+    ) -> None:
+        self.spec = spec
+        self.run_after, self.past = when.due_time(delay, at)
+        self.timeout = None if timeout is None else when.parse_duration(timeout, "timeout")
+        self.keep = None if keep is None else when.parse_duration(keep, "keep")
+        registry.check_options(attempts, self.timeout, queue or spec.queue)
+        self.queue, self.labels, self.attempts = queue, labels, attempts
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "labels": self.labels,
+            "run_after": self.run_after,
+            "timeout": self.timeout,
+            "keep": self.keep,
+            "attempts": self.attempts,
+        }
+
+    def submit(self, *args: Any, **kwargs: Any) -> Task:
+        """Queue the job with these options (see :func:`outlast.submit`)."""
+        return create_job(
+            default_store(),
+            self.spec,
+            queue=self.queue,
+            **_split(self.spec, args, kwargs),
+            **self._fields(),
+        )
+
+    def spawn(self, *args: Any, **kwargs: Any) -> Task:
+        """Run the job in its own detached worker with these options (a delayed one waits
+        for its time there)."""
+        if self.queue is not None:
+            raise InvalidInput("a spawned job runs in its own worker: no queue")
+        return spawn_job(
+            default_store(), self.spec, **_split(self.spec, args, kwargs), **self._fields()
+        )
+
 
 def job(
     name: str | None = None,
     *,
     attempts: int | None = None,
-    timeout: float | None = None,
+    timeout: object = None,
     queue: str = "default",
+    cron: str | None = None,
+    every: object = None,
+    tz: str | None = None,
+    misfire: str = "once",
+    overlap: bool = True,
 ) -> Callable[[Callable[..., Any]], Job]:
     """Register a function as a job: ``@outlast.job(name="resize", attempts=3)``.
 
     The name defaults to ``module.function``. The function takes JSON arguments and returns
     a JSON result; inside it, :func:`outlast.current` gives the reporter, the answer after a
-    resume and cooperative cancel checks.
+    resume and cooperative cancel checks. ``timeout`` (seconds or ``"10m"``): each attempt
+    is stopped then, with code ``timeout``.
+
+    ``cron="0 3 * * *"`` (with ``tz="Europe/Berlin"``) or ``every="10m"`` also declares a
+    schedule of the same name that calls the function with no arguments; a pool (or
+    ``outlast serve``, ``outlast scheduler``) that imports the module stores it, and the
+    store's maintainer fires it (see :func:`schedule` for the options).
     """
     if callable(name):  # used bare: @outlast.job
         fn, name = name, None
         return job()(fn)  # type: ignore[return-value,unused-ignore]
-    registry.check_options(attempts, timeout, queue)
+    seconds = None if timeout is None else when.parse_duration(timeout, "timeout")
+    registry.check_options(attempts, seconds, queue)
+    declared = None
+    if cron is not None or every is not None:
+        from outlast import cron as rules
+
+        interval = None if every is None else when.parse_duration(every, "every")
+        probe = rules.template(Kind.FUNCTION, "probe")  # the schedule's rules, checked now
+        rules.new_schedule("probe", probe, cron=cron, every=interval, tz=tz, misfire=misfire)
+        declared = {
+            "cron_expr": cron,
+            "every": interval,
+            "tz": tz,
+            "misfire": misfire,
+            "overlap": overlap,
+        }
 
     def decorate(fn: Callable[..., Any]) -> Job:
         if not callable(fn) or isinstance(fn, type):
             raise InvalidInput("@outlast.job decorates a function")
         spec_name = name or f"{fn.__module__}.{fn.__qualname__}"
-        spec = Job(spec_name, fn, attempts, timeout, queue)
+        spec = Job(spec_name, fn, attempts, seconds, queue, schedule=declared)
         registry.register(spec)
         return spec
 
     return decorate
 
 
+def schedule(
+    job: JobSpec | str | Sequence[str] | Any,
+    *,
+    cron: str | None = None,
+    every: object = None,
+    tz: str | None = None,
+    name: str | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    payload: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
+    queue: str | None = None,
+    attempts: int | None = None,
+    timeout: object = None,
+    keep: object = None,
+    misfire: str = "once",
+    overlap: bool = True,
+    replace: bool = True,
+    store: Store | None = None,
+) -> Schedule:
+    """Store a schedule that makes a job at each fire time: ``cron`` (five fields, matched
+    against wall-clock time in ``tz``) or ``every`` (a duration: ``"10m"``, seconds).
+
+    ``job`` is a registered job (or its name; called with ``args``/``kwargs``, a pipeline
+    with ``payload``; queued for the pools), or a command's argv as a list (run by a
+    supervisor in this folder, with this environment). ``misfire``: after fires were missed
+    (no process maintained the store), ``"once"`` makes one catch-up job, ``"skip"`` none.
+    ``overlap=False`` skips a fire while the last job is still live. The name defaults to
+    the job's; ``replace`` (the default) updates a schedule of that name, keeping its
+    history. Returns the schedule as stored. See :mod:`outlast.cron` for the rules.
+    """
+    store = store or default_store()
+    common: dict[str, Any] = {
+        "cron_expr": cron,
+        "every": every,
+        "tz": tz,
+        "misfire": misfire,
+        "overlap": overlap,
+        "labels": labels,
+        "timeout": timeout,
+        "keep": keep,
+        "replace": replace,
+    }
+    if isinstance(job, list | tuple) and all(isinstance(a, str) for a in job):
+        if name is None:
+            raise InvalidInput("a command's schedule needs a name=")
+        if args or kwargs or payload is not None or queue is not None:
+            raise InvalidInput("a command's schedule takes no args, kwargs, payload or queue")
+        return schedules.add_command(store, name, list(job), attempts=attempts or 1, **common)
+    spec = _spec(job)
+    return schedules.add_job(
+        store,
+        spec,
+        name=name,
+        args=args,
+        kwargs=kwargs,
+        payload=payload,
+        queue=queue,
+        attempts=attempts,
+        **common,
+    )
+
+
 def _spec(job: object) -> JobSpec:
     """The registered job behind ``job``: a spec, a pipeline (its ``spec``), or a name."""
     if isinstance(job, JobSpec):
         return job
-    if isinstance(getattr(job, "spec", None), JobSpec):
+    if isinstance(getattr(job, "spec", None), JobSpec):  # a pipeline, or Options
         return job.spec  # type: ignore[attr-defined,no-any-return]
     if isinstance(job, str):
         return registry.lookup(job)
@@ -109,11 +275,17 @@ def create_job(
     queue: str | None = None,
     labels: Mapping[str, str] | None = None,
     payload: Mapping[str, Any] | None = None,
+    run_after: datetime | None = None,
+    timeout: float | None = None,
+    keep: float | None = None,
+    attempts: int | None = None,
 ) -> Task:
     """Record a pending function (or pipeline) job with its JSON arguments.
 
     A function takes ``args`` and ``kwargs`` (and may carry a ``payload`` of the caller's
     data); a pipeline takes a ``payload`` object, its input, and no arguments.
+    ``run_after``: not claimed before then. ``timeout``, ``attempts``: override the
+    job's own. ``keep``: seconds the finished job is kept.
     """
     spec = _spec(job)
     args, kwargs = list(args), dict(kwargs or {})  # checked (JSON) and frozen by the store
@@ -135,10 +307,12 @@ def create_job(
         labels=labels,
         queue=spec.queue if queue is None else queue,
         payload=dict(payload or {}),
-        max_attempts=spec.attempts or config.max_retries(),
+        max_attempts=attempts or spec.attempts or config.max_retries(),
         call=Call(spec.module, args, kwargs),
-        timeout=spec.timeout,
+        timeout=spec.timeout if timeout is None else timeout,
         pipeline=pipeline,
+        run_after=run_after,
+        keep=keep,
     )
 
 
@@ -179,16 +353,32 @@ def spawn_job(
     *,
     labels: Mapping[str, str] | None = None,
     payload: Mapping[str, Any] | None = None,
+    run_after: datetime | None = None,
+    timeout: float | None = None,
+    keep: float | None = None,
+    attempts: int | None = None,
 ) -> Task:
     """Create a job of ``job`` in the reserved ``@dedicated`` queue (pools never claim it)
-    and start its dedicated detached worker."""
+    and start its dedicated detached worker (which waits for ``run_after``, if given)."""
     spec = _spec(job)
     if spec.module in ("", "__main__"):
         raise InvalidInput(
             f"job {spec.name!r} is defined in __main__; a detached worker cannot import it: "
             "define job functions in an importable module"
         )
-    task = create_job(store, spec, args, kwargs, queue=DEDICATED, labels=labels, payload=payload)
+    task = create_job(
+        store,
+        spec,
+        args,
+        kwargs,
+        queue=DEDICATED,
+        labels=labels,
+        payload=payload,
+        run_after=run_after,
+        timeout=timeout,
+        keep=keep,
+        attempts=attempts,
+    )
     _start(task, lambda: spawner.spawn_dedicated(store, task.id))
     return task
 
@@ -203,8 +393,18 @@ def run_command(
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
     store: Store | None = None,
+    delay: object = None,
+    at: object = None,
+    timeout: object = None,
+    keep: object = None,
 ) -> Task:
     """Run ``argv`` as a detached command job and return its task at once.
+
+    ``delay`` (seconds, ``"15m"``) or ``at`` (an aware time, ISO 8601 text): the
+    supervisor starts now and waits for that time (a time already past runs now).
+    ``timeout`` (seconds, ``"10m"``): each attempt gets SIGTERM then, and SIGKILL after
+    ``grace``, and fails with code ``timeout``. ``keep``: how long the finished job is kept
+    (default ``$OUTLAST_KEEP``, else forever).
 
     A supervisor process, in a new session with no terminal, runs the command in its own
     process group with ``OUTLAST_JOB_ID`` and ``OUTLAST_STORE`` set, its output going to the
@@ -218,6 +418,9 @@ def run_command(
     if isinstance(argv, str) or not isinstance(argv, Sequence):
         raise InvalidInput("argv must be a list of strings: the command and its arguments")
     max_bytes()  # a bad $OUTLAST_LOG_MAX_BYTES is refused before anything is written
+    run_after, _ = when.due_time(delay, at)
+    seconds = None if timeout is None else when.parse_duration(timeout, "timeout")
+    kept = None if keep is None else when.parse_duration(keep, "keep")
     store = store or default_store()
     env = dict(os.environ if env is None else env)
     try:  # first, so that a full disk fails the call before anything is recorded
@@ -232,6 +435,9 @@ def run_command(
             labels=labels,
             max_attempts=attempts,
             grace=grace,
+            run_after=run_after,
+            timeout=seconds,
+            keep=kept,
         )
     except BaseException:
         with contextlib.suppress(OSError):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import signal
 import threading
+from datetime import datetime, timedelta
 from typing import Any
 
 from outlast.errors import Canceled, OutlastError
-from outlast.model import JSON, EventStatus, JobState, ProgressEvent, Status
+from outlast.model import JSON, EventStatus, JobState, ProgressEvent, Status, utcnow
 from outlast.store import Task
 
 CANCEL_SIGNAL = signal.SIGUSR1
@@ -20,6 +21,17 @@ class JobContext:
         self.task = task
         self.state = state
         self._cancel = threading.Event()
+        #: When this attempt is stopped for its ``timeout`` (UTC), or None: a job that can
+        #: stop cleanly on its own looks at it (or :meth:`time_left`) and finishes first.
+        self.deadline: datetime | None = None
+        if state.timeout is not None:
+            self.deadline = utcnow() + timedelta(seconds=state.timeout)
+
+    def time_left(self) -> float | None:
+        """Seconds until :attr:`deadline` (0 once passed), or None without a timeout."""
+        if self.deadline is None:
+            return None
+        return max(0.0, (self.deadline - utcnow()).total_seconds())
 
     @property
     def job_id(self) -> str:
@@ -77,6 +89,11 @@ def current() -> JobContext:
     """The context of the job running in this process; raises outside a job."""
     if _current is None:
         raise OutlastError("outlast.current() is only available inside a running job")
+    return _current
+
+
+def current_or_none() -> JobContext | None:
+    """The running job's context, or None outside a job."""
     return _current
 
 

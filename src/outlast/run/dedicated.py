@@ -1,19 +1,32 @@
 """A dedicated worker: the detached process ``outlast.spawn`` starts for one function job.
 
 It holds the job's worker lock for its whole life, runs each attempt in-process, and waits out
-the retry backoff itself (the job stays bound to it meanwhile, so its death is seen as
-abandonment). Run as ``python -m outlast.run.dedicated STORE_URL JOB_ID``.
+a delay and the retry backoff itself (the job stays bound to it meanwhile, so its death is seen
+as abandonment). Run as ``python -m outlast.run.dedicated STORE_URL JOB_ID``.
+
+A job with a ``timeout``: at its deadline the attempt fails with code ``timeout``, what the
+job started gets SIGTERM and, after the grace period, SIGKILL (this process is their child
+subreaper, so a double fork does not escape), and this process exits, having started a fresh
+dedicated worker for the retry if attempts are left (the function cannot be stopped inside
+this process: its thread is left to die with it).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
+import time
 
 from outlast.errors import OutlastError, WorkerLockHeld
-from outlast.model import Status
-from outlast.run import context
+from outlast.model import ErrorCode, ErrorInfo, JobState, Status
+from outlast.run import context, procs
 from outlast.run.execute import execute
-from outlast.store import Store, open_store, wait_until_due
+from outlast.store import Store, Task, open_store, wait_until_due
+
+#: Seconds between SIGTERM and SIGKILL of what a timed-out job started, unless it says.
+DEFAULT_GRACE = 10.0
 
 
 def run_dedicated(store: Store, job_id: str) -> None:
@@ -23,13 +36,66 @@ def run_dedicated(store: Store, job_id: str) -> None:
     except WorkerLockHeld:
         return
     context.install_cancel_handler()
+    procs.become_subreaper()
     while True:
-        if wait_until_due(store, job_id) is None or not task.start():
+        state = wait_until_due(store, job_id)
+        if state is None or not task.start():
             return
         assert task.attempt is not None
-        execute(store, job_id, task.attempt, dedicated=True)
+        done = threading.Event()
+        if state.timeout is not None:
+            threading.Thread(
+                target=_deadline,
+                args=(store, state, task.attempt, done),
+                name="outlast-deadline",
+                daemon=True,
+            ).start()
+        try:
+            execute(store, job_id, task.attempt, dedicated=True)
+        finally:
+            done.set()
         if store.get(job_id).status != Status.PENDING:
             return
+
+
+def _deadline(store: Store, state: JobState, attempt: int, done: threading.Event) -> None:
+    """At the attempt's deadline: fail it with ``timeout``, stop what it started, start a
+    worker for the retry (if any) and end this process."""
+    assert state.timeout is not None
+    if done.wait(state.timeout):
+        return
+    from outlast.when import format_duration
+
+    error = ErrorInfo(
+        ErrorCode.TIMEOUT,
+        f"the job ran past its timeout of {format_duration(state.timeout)}",
+        hint="raise the job's timeout, or watch outlast.current().deadline inside it",
+        type="Timeout",
+    )
+    current = context.current_or_none()
+    if current is not None:
+        current.request_cancel()  # a job that checks for cancels stops at its next check
+    try:
+        after = Task(store, state.id, attempt=attempt).fail(error)
+    except OutlastError as exc:
+        print(f"outlast worker: cannot record the timeout of {state.id}: {exc}", flush=True)
+        os._exit(1)
+    procs.signal_descendants(signal.SIGTERM)
+    grace = DEFAULT_GRACE if state.grace is None else state.grace
+    end = time.monotonic() + grace
+    while time.monotonic() < end and procs.descendants():
+        procs.reap_adopted(skip=None)
+        time.sleep(0.02)
+    procs.signal_descendants(signal.SIGKILL)
+    procs.reap_adopted(skip=None, wait=1.0)
+    if after.status == Status.PENDING and after.worker is None:
+        from outlast.run.spawn import spawn_dedicated
+
+        try:  # it takes the job's lock once this process is gone
+            spawn_dedicated(store, state.id)
+        except OSError as exc:  # the maintainer restarts it (a stray)
+            print(f"outlast worker: cannot start the retry of {state.id}: {exc}", flush=True)
+    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,15 +3,23 @@
 Every pool and every ``outlast serve`` runs a :class:`Maintainer`: a thread that waits for the
 store's maintenance lock (a flock on the local stores, a session advisory lock on PostgreSQL;
 either way freed by the kernel or the server the moment its holder dies, so another process
-takes over at once). The holder reconciles the jobs of dead workers: kills what a dead command
-left running, retries or fails the job, restarts dedicated workers. (Schedules and retention
-will be fired from here too.)
+takes over at once). The holder:
+
+- reconciles the jobs of dead workers: kills what a dead command left running, retries or
+  fails the job, restarts dedicated workers;
+- fires the due schedules (:mod:`outlast.run.schedules`), waking at the next fire time, so a
+  schedule fires within milliseconds of its time whatever process holds the lock;
+- restarts the worker of a command or spawned job that nobody took (its supervisor died
+  while it waited for its time, a reboot), every ``STRAYS_EVERY`` seconds;
+- removes finished jobs past their retention (``keep=``, ``$OUTLAST_KEEP``) in batches of
+  ``PRUNE_BATCH``, each job in its own short transaction, every ``PRUNE_EVERY`` seconds.
 
 Cost while nothing dies: on the local stores, a listing of the lock folder and a non-blocking
 flock per live holder each sweep (no query), and one query a minute as a safety net (a lock
 file deleted by hand); on PostgreSQL one query per sweep (a dead worker's lock simply
-disappears: nothing is written that could wake anyone). Every process that is not the
-maintainer only waits for the lock.
+disappears: nothing is written that could wake anyone). Plus, each sweep, one indexed query
+for the next fire time of the schedules. Every process that is not the maintainer only waits
+for the lock.
 """
 
 from __future__ import annotations
@@ -19,8 +27,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import timedelta
 
-from outlast.run import reap
+from outlast import config
+from outlast.model import utcnow
+from outlast.run import reap, schedules
 from outlast.store import MaintenanceLock, Store
 
 log = logging.getLogger("outlast.maintain")
@@ -29,6 +40,12 @@ log = logging.getLogger("outlast.maintain")
 SWEEP_EVERY = 1.0
 #: Seconds between thorough sweeps (a query even when no lock file says anybody died).
 THOROUGH_EVERY = 60.0
+#: Seconds between looks for command and spawned jobs that no worker took.
+STRAYS_EVERY = 5.0
+#: Seconds between retention passes, and jobs removed at most per pass (another pass follows
+#: at once while there are more).
+PRUNE_EVERY = 60.0
+PRUNE_BATCH = 500
 
 
 class Maintainer:
@@ -44,9 +61,16 @@ class Maintainer:
         self.ready = threading.Event()
         #: True while this process is the maintainer.
         self.active = False
-        #: Sweeps done, and jobs reconciled (for tests and ``outlast workers``).
+        #: Sweeps done, jobs reconciled, jobs made by schedules, stray jobs restarted and
+        #: jobs removed by retention (for tests and ``outlast workers``).
         self.sweeps = 0
         self.reconciled = 0
+        self.fired = 0
+        self.strays = 0
+        self.pruned = 0
+        self._strays_at = 0.0
+        self._prune_at = 0.0
+        self._next_fire: float | None = None  # monotonic time of the next schedule's fire
         self._stop = threading.Event()
         self._lock: MaintenanceLock | None = None
         self._thread: threading.Thread | None = None
@@ -99,15 +123,78 @@ class Maintainer:
             if not self.sweep(thorough):
                 thorough_at = 0.0  # what said a worker died may be spent: look at every job
             self.ready.set()
-            self._stop.wait(self.every)
+            pause = self.every
+            if self._next_fire is not None:
+                pause = min(pause, max(0.0, self._next_fire - time.monotonic()))
+            self._stop.wait(pause)
         self.active = False
         if not self._stop.is_set():
             log.warning("lost the store's maintenance lock; waiting to take it again")
 
     def sweep(self, thorough: bool = False) -> bool:
-        """Reconcile the jobs whose worker died; False when something failed (the next
-        sweep then looks at every live job). One job that cannot be reconciled (the store
-        failed, its worker could not be restarted) never stops the others, nor the thread."""
+        """One round of maintenance (see the module docstring); False when something failed
+        (the next sweep then looks at every live job). One job that cannot be reconciled
+        (the store failed, its worker could not be restarted) never stops the others, nor
+        the thread."""
+        ok = self._reconcile(thorough)
+        ok = self._fire() and ok
+        now = time.monotonic()
+        if now >= self._strays_at:
+            self._strays_at = now + STRAYS_EVERY
+            ok = self._restart_strays() and ok
+        if now >= self._prune_at:
+            self._prune_at = now + PRUNE_EVERY
+            ok = self._prune() and ok
+        self.sweeps += 1
+        return ok
+
+    def _fire(self) -> bool:
+        """Fire the due schedules; note when the next one is due."""
+        try:
+            due = self.store.next_fire()
+            if due is not None and due <= utcnow():
+                self.fired += len(schedules.fire_due(self.store))
+                due = self.store.next_fire()
+        except Exception as exc:
+            log.warning("maintenance: cannot fire schedules: %s", exc)
+            self._next_fire = None
+            return False
+        self._next_fire = None
+        if due is not None:
+            self._next_fire = time.monotonic() + max(0.0, (due - utcnow()).total_seconds())
+        return True
+
+    def _restart_strays(self) -> bool:
+        """Start the worker of each command or spawned job that nobody took."""
+        try:
+            strays = self.store.unclaimed(utcnow() - timedelta(seconds=reap.STRANDED_AFTER))
+        except Exception as exc:
+            log.warning("maintenance: cannot look for jobs nobody took: %s", exc)
+            return False
+        for state in strays:
+            try:
+                after = reap.reconcile(self.store, state)
+            except Exception as exc:
+                log.warning("maintenance: cannot restart job %s: %s", state.id, exc)
+                continue
+            if after is not state:
+                self.strays += 1
+        return True
+
+    def _prune(self) -> bool:
+        """Remove what retention says is due, a batch at a time."""
+        try:
+            keep = config.keep()
+            removed = self.store.prune(keep=keep, limit=PRUNE_BATCH)
+        except Exception as exc:
+            log.warning("maintenance: cannot remove expired jobs: %s", exc)
+            return False
+        self.pruned += len(removed)
+        if len(removed) >= PRUNE_BATCH:
+            self._prune_at = 0.0  # more are due: the next sweep goes on
+        return True
+
+    def _reconcile(self, thorough: bool) -> bool:
         try:
             states = self.store.abandoned_jobs(thorough)
         except Exception as exc:
@@ -123,5 +210,31 @@ class Maintainer:
                 continue
             if after.status != state.status:
                 self.reconciled += 1
-        self.sweeps += 1
         return ok
+
+
+def run_maintainer(url: str | None, imports: list[str]) -> None:
+    """``outlast scheduler``: store the schedules the ``imports`` declare, then maintain the
+    store until SIGTERM or SIGINT."""
+    import signal
+
+    from outlast.run.registry import import_modules
+    from outlast.store import open_store
+
+    import_modules(imports)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with open_store(url) as store:
+        schedules.sync_declared(store)
+        maintainer = Maintainer(store).start()
+        log.warning("outlast scheduler: maintaining %s (SIGTERM to stop)", store.url)
+        try:
+            while not stop.wait(1.0):
+                pass
+        finally:
+            maintainer.stop()

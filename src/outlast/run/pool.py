@@ -25,7 +25,9 @@ dies, every job it held is seen as abandoned at once, and its job processes die 
   retried like the others (or fails ``abandoned`` when it had no attempts left).
 - A job process that dies (segfault, ``os._exit``) fails only its job, which is retried while
   attempts are left; a fresh process takes its place.
-- Timeout: the job process is killed and the attempt fails with code ``timeout``.
+- Timeout: at the job's deadline (``outlast.current().deadline``) its process and everything
+  it started are killed and the attempt fails with code ``timeout`` (retried while attempts
+  are left).
 - Cancel: the job process gets SIGUSR1 (``current().cancel_requested``) and is killed after
   the grace period (at most 10 s) if the job is still running there.
 - SIGTERM/SIGINT: stop claiming; running jobs get ``grace`` seconds to finish, then their
@@ -56,6 +58,7 @@ from outlast.errors import InvalidInput, JobNotFound, OutlastError, StoreError
 from outlast.ids import check_queue
 from outlast.machine import Outcome
 from outlast.model import ErrorCode, ErrorInfo, Kind, Status, utcnow
+from outlast.run import procs
 from outlast.run.execute import transition
 from outlast.run.maintain import Maintainer
 from outlast.run.slots import JobProcess, Outage, Slot
@@ -179,8 +182,10 @@ class Pool:
         return self.store.journal(worker_name(), f"{self.token}+{slot.process.pid}")
 
     def _restart(self, slot: Slot) -> None:
-        """Kill the slot's process (if alive) and put a fresh one in its place (its journal
-        is kept until the outcomes it holds are written)."""
+        """Kill the slot's process (if alive) with whatever its job started, and put a fresh
+        one in its place (its journal is kept until the outcomes it holds are written)."""
+        if slot.process.popen.poll() is None:  # not reaped: its PID is still its own
+            procs.kill_tree(slot.process.pid)
         slot.process.kill()
         slot.process.reap(5)
         slot.conn.close()
@@ -586,6 +591,9 @@ def serve_forever(
 
     import_modules(imports)
     with open_store(url) as store:
+        from outlast.run.schedules import sync_declared
+
+        sync_declared(store)  # @outlast.job(cron=…) of the modules it imported
         pool = Pool(store, concurrency, queues, imports, burst, grace)
 
         def on_signal(signum: int, frame: Any) -> None:

@@ -167,3 +167,16 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only);
     ``0``: no signal (then look at ``os.getppid()`` to learn whether it died)."""
     _prctl(1, int(sig))  # PR_SET_PDEATHSIG
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every descendant of it (a pool's job process and what its job
+    started), children first looked up, so none is missed when the parent dies."""
+    try:
+        parent = psutil.Process(pid)
+        found = [*parent.children(recursive=True), parent]
+    except psutil.Error:
+        return
+    for proc in found:
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            proc.kill()

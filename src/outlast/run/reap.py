@@ -55,9 +55,10 @@ def _stranded(state: JobState) -> bool:
     if state.kind != Kind.COMMAND and state.queue != DEDICATED:
         return False  # a pool's to claim
     now = utcnow()
-    if state.run_after is not None and state.run_after > now:
-        return False
-    return (now - state.updated_at).total_seconds() > STRANDED_AFTER
+    since = state.updated_at  # its worker was started then, or woke at its time
+    if state.run_after is not None:
+        since = max(since, state.run_after)
+    return (now - since).total_seconds() > STRANDED_AFTER
 
 
 def _restart(store: Store, after: JobState) -> JobState:

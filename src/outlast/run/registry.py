@@ -41,6 +41,9 @@ class JobSpec:
     origin: str | None = None
     #: A pipeline's ``ALL_DONE`` stages, which run even when its worker dies.
     cleanup: tuple[str, ...] = ()
+    #: Declared schedule options (``cron_expr``, ``every``, ``tz``, …) from
+    #: ``@outlast.job(cron=…)``, stored by the pools that import the module; else None.
+    schedule: dict[str, Any] | None = None
 
     @property
     def module(self) -> str:
@@ -74,6 +77,11 @@ def register(spec: JobSpec) -> JobSpec:
         raise InvalidInput(f"job name {spec.name!r} is already registered by {existing.module}")
     _REGISTRY[spec.name] = spec
     return spec
+
+
+def declared_schedules() -> list[JobSpec]:
+    """The registered jobs that declare a schedule, by name."""
+    return [spec for _, spec in sorted(_REGISTRY.items()) if spec.schedule]
 
 
 def names() -> list[str]:

@@ -7,7 +7,11 @@ retries with backoff while attempts are left (the job stays bound to this superv
 meanwhile, so the supervisor's death is seen as abandonment).
 
 It watches its own job through the store's notification: when the job is canceled (or deleted,
-or taken from it), the command gets SIGTERM and, after the grace period, SIGKILL. The
+or taken from it), the command gets SIGTERM and, after the grace period, SIGKILL. A job with a
+``timeout`` gets the same at its deadline (``$OUTLAST_DEADLINE`` tells the command when, as
+ISO 8601 UTC), and the attempt fails with code ``timeout`` (retried while attempts are left).
+A job with a delay is waited for here: the supervisor is started at once and sleeps until the
+job's time (holding the job's lock, so a cancel wakes it and its death is seen). The
 supervisor is the *child subreaper* of everything the command starts, so a descendant that
 leaves the process group (``setsid``, a double fork) comes back to it when orphaned: the
 signals go to the group and to every descendant, and when the command ends whatever it left
@@ -29,10 +33,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from outlast.errors import JobNotFound, OutlastError, StoreError, WorkerLockHeld
-from outlast.model import ErrorInfo, JobState, Status
+from outlast.model import ErrorCode, ErrorInfo, JobState, Status, format_time, utcnow
 from outlast.run import procs
 from outlast.run.logs import LogWriter
 from outlast.run.spawn import load_context
@@ -111,6 +116,13 @@ class Run:
         cwd, saved = load_context(store, state.id)
         env = dict(saved if saved is not None else os.environ)
         env.update(OUTLAST_JOB_ID=state.id, OUTLAST_STORE=store.url)
+        #: When the attempt must end (monotonic), or None; set once it was stopped for it.
+        self.deadline: float | None = None
+        self.timed_out = False
+        env.pop("OUTLAST_DEADLINE", None)
+        if state.timeout is not None:
+            self.deadline = time.monotonic() + state.timeout
+            env["OUTLAST_DEADLINE"] = str(format_time(utcnow() + timedelta(seconds=state.timeout)))
         # `outlast report` works inside the job even when the venv is not activated
         bindir = os.path.dirname(sys.executable)
         env["PATH"] = os.pathsep.join([bindir, env.get("PATH", os.defpath)])
@@ -195,6 +207,9 @@ class Run:
         lock_fd = self.store.lock_fileno()
         fds = [fd for fd in (self.pipe, self.pidfd, listener.fileno(), lock_fd) if fd is not None]
         timeout = None if self.kill_at is None else max(0.0, self.kill_at - time.monotonic())
+        if self.deadline is not None and not self.stopped:
+            left = max(0.0, self.deadline - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
         if self.pidfd is None:  # the command is gone: give what it left a moment, then end it
             timeout = 0.2 if timeout is None else min(timeout, 0.2)
         if listener.fileno() is None:  # reconnecting to the store: look now and then
@@ -218,6 +233,14 @@ class Run:
                 self.stop()
         if not ready and self.pidfd is None and self.kill_at is None:
             self.stop()  # leftovers of a finished command still hold its output: end them
+        if (
+            self.deadline is not None
+            and not self.stopped
+            and self.pidfd is not None
+            and time.monotonic() >= self.deadline
+        ):
+            self.timed_out = True
+            self.stop()
         if self.kill_at is not None and time.monotonic() >= self.kill_at:
             self._signal_all(signal.SIGKILL)
             self.kill_at = time.monotonic() + 1.0
@@ -264,6 +287,16 @@ def _attempt(store: Store, task: Task, state: JobState, log: LogWriter) -> Statu
         raise
     if run.lost:
         return None  # fenced: whoever reconciles the job (its lock is free) retries it
+    if run.timed_out:
+        from outlast.when import format_duration
+
+        error = ErrorInfo(
+            ErrorCode.TIMEOUT,
+            f"the command ran past its timeout of {format_duration(state.timeout or 0)}",
+            hint="raise --timeout, or make the command faster",
+            type="Timeout",
+        )
+        return _persist(lambda: task.fail(error, keep_worker=True)).status
     if run.stopped and code != 0 and _persist(task.state).terminal:
         return None  # canceled: the state already says so
     if code == 0:

@@ -378,7 +378,7 @@ class Store(abc.ABC):
                 return schedule
             if not replace:
                 raise ScheduleExists(
-                    f"a schedule named {schedule.id!r} exists; remove it first or replace it"
+                    f"a schedule named {schedule.id!r} exists; remove it first or replace it (--replace)"
                 )
             return cron.redefine(old, schedule, now)
 
