@@ -4,9 +4,10 @@ Routes (DESIGN.md, "HTTP edge"): ``GET /healthz``; ``GET /jobs`` (newest first, 
 ``status`` and ``label=k=v``, paged by ``limit`` and the ``before`` cursor); ``POST /jobs``
 (registered job names only — never a command); ``GET /jobs/{id}``; ``POST /jobs/{id}/cancel``;
 ``POST /jobs/{id}/resume``; ``DELETE /jobs/{id}``; ``GET /jobs/{id}/log`` (the log's tail);
-``GET /jobs/{id}/events`` and ``GET /events`` (Server-Sent Events, see :mod:`.sse`); ``GET /``,
-the dashboard. Every answer is JSON (errors: ``{"error", "detail"}``), except the log (text),
-the streams and the dashboard.
+``GET /jobs/{id}/events`` and ``GET /events`` (Server-Sent Events, see :mod:`.sse`);
+``GET /schedules``, ``GET /schedules/{name}``, ``POST /schedules/{name}/pause|resume|run``,
+``DELETE /schedules/{name}``; ``GET /``, the dashboard. Every answer is JSON (errors:
+``{"error", "detail"}``), except the log (text), the streams and the dashboard.
 
 The edge holds no business rules: each route parses its input, calls the store or the run
 layer, and renders the result. Store calls block, so the JSON routes are plain functions that
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Query, Security
+from fastapi import Path as FastPath
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPBearer
 from fastapi.staticfiles import StaticFiles
@@ -31,9 +33,18 @@ from outlast.errors import InvalidInput, JobNotFound
 from outlast.http import errors, sse
 from outlast.http.deps import ExistingJob, JobId
 from outlast.http.guard import Guard
-from outlast.http.schemas import CreateJob, ErrorBody, Health, JobDocument, JobPage, Resume
+from outlast.http.schemas import (
+    CreateJob,
+    ErrorBody,
+    Health,
+    JobDocument,
+    JobPage,
+    Resume,
+    ScheduleDocument,
+    SchedulePage,
+)
 from outlast.model import JobState, Status
-from outlast.run import api, reap
+from outlast.run import api, reap, schedules
 from outlast.store import Store, parse_label
 
 STATIC = Path(__file__).with_name("static")
@@ -98,6 +109,7 @@ def create_app(
         return JSONResponse({"status": "ok"})
 
     app.include_router(_job_routes(store, denied), dependencies=auth)
+    app.include_router(_schedule_routes(store, denied), dependencies=auth)
     app.include_router(
         sse.router(store, bus, recheck, _json_errors(400, 404, 422, 503, *denied), heartbeat),
         dependencies=auth,
@@ -150,9 +162,23 @@ def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
     )
     def create_job(body: CreateJob) -> Response:
         """Queue a job of a function registered with ``@outlast.job`` (400 for any other
-        name); a pool (``outlast worker``) runs it."""
+        name); a pool (``outlast worker``) runs it. ``delay`` (``"15m"``, seconds) or
+        ``run_after`` (ISO 8601 with a zone) runs it later; ``timeout`` and ``keep`` take
+        durations too."""
+        from outlast import when
+
+        run_after, _ = when.due_time(body.delay, body.run_after)
+        timeout = None if body.timeout is None else when.parse_duration(body.timeout, "timeout")
         task = api.create_job(
-            store, body.name, body.args, body.kwargs, queue=body.queue, labels=body.labels
+            store,
+            body.name,
+            body.args,
+            body.kwargs,
+            queue=body.queue,
+            labels=body.labels,
+            run_after=run_after,
+            timeout=timeout,
+            keep=None if body.keep is None else when.parse_duration(body.keep, "keep"),
         )
         return _doc(store.get(task.id), 201, {"Location": f"/jobs/{task.id}"})
 
@@ -209,6 +235,57 @@ def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
         except FileNotFoundError:
             raise JobNotFound(f"job {job_id} has no log (yet)") from None
         return PlainTextResponse(text)
+
+    return routes
+
+
+ScheduleName = Annotated[str, FastPath(description="the schedule's name", max_length=128)]
+
+
+def _schedule_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
+    """``/schedules``: read them, pause, resume, run one now, remove. (Adding one takes a
+    command or an import: that is the CLI's and Python's, not the network's.)"""
+    routes = APIRouter(tags=["schedules"])
+
+    def answer(found: Any) -> Response:
+        return JSONResponse(schedules.describe(store, found))
+
+    @routes.get("/schedules", response_model=SchedulePage, responses=_errors(*denied))
+    def list_schedules() -> Response:
+        """Every schedule by name, with its next fire time and its last job's status."""
+        docs = [schedules.describe(store, s) for s in store.schedules()]
+        return JSONResponse({"schedules": docs})
+
+    one = _errors(400, 404, 422, *denied)
+
+    @routes.get("/schedules/{name}", response_model=ScheduleDocument, responses=one)
+    def get_schedule(name: ScheduleName) -> Response:
+        """One schedule."""
+        return answer(store.get_schedule(name))
+
+    @routes.post("/schedules/{name}/pause", response_model=ScheduleDocument, responses=one)
+    def pause_schedule(name: ScheduleName) -> Response:
+        """Stop firing the schedule until it is resumed."""
+        return answer(store.pause_schedule(name))
+
+    @routes.post("/schedules/{name}/resume", response_model=ScheduleDocument, responses=one)
+    def resume_schedule(name: ScheduleName) -> Response:
+        """Fire the schedule again, from its next fire time after now."""
+        return answer(store.pause_schedule(name, paused=False))
+
+    @routes.post(
+        "/schedules/{name}/run", status_code=201, response_model=JobDocument, responses=one
+    )
+    def run_schedule(name: ScheduleName) -> Response:
+        """Make one job of the schedule now (its fire times stay); answers the job."""
+        job = schedules.run_now(store, name)
+        return _doc(job, 201, {"Location": f"/jobs/{job.id}"})
+
+    @routes.delete("/schedules/{name}", status_code=204, response_class=Response, responses=one)
+    def delete_schedule(name: ScheduleName) -> Response:
+        """Remove the schedule (the jobs it made stay)."""
+        schedules.remove(store, name)
+        return Response(status_code=204)
 
     return routes
 

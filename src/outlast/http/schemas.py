@@ -24,6 +24,28 @@ class CreateJob(Strict):
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword JSON arguments")
     queue: str | None = Field(default=None, min_length=1, max_length=200)
     labels: dict[str, str] = Field(default_factory=dict)
+    delay: float | str | None = Field(
+        default=None, description="run no sooner than this from now: seconds, or '90s', '15m'"
+    )
+    run_after: str | None = Field(
+        default=None,
+        max_length=64,
+        description="run at this ISO 8601 time with a zone (a past time runs now); or delay",
+    )
+    timeout: float | str | None = Field(
+        default=None, description="stop each attempt after this long (code timeout)"
+    )
+    keep: float | str | None = Field(
+        default=None, description="remove the finished job after this long"
+    )
+
+
+class FiredDoc(BaseModel):
+    """The schedule and fire time that made a job."""
+
+    schedule: str
+    fire_at: str
+    reason: Literal["on_time", "catch_up", "manual"]
 
 
 class Resume(Strict):
@@ -86,6 +108,8 @@ class JobDocument(BaseModel):
     answer: Any
     cancel_requested: bool
     pipeline: PipelineDoc | None
+    keep: float | None
+    fired: FiredDoc | None
     pid: int | None
     pid_started_at: str | None
     worker: str | None
@@ -111,6 +135,49 @@ class JobPage(BaseModel):
 
     jobs: list[JobDocument]
     next: str | None
+
+
+class JobTemplateDoc(BaseModel):
+    """What each job of a schedule is made from."""
+
+    kind: Literal["command", "function", "pipeline"]
+    name: str
+    command: list[str] | None
+    call: CallDoc | None
+    payload: dict[str, Any]
+    labels: dict[str, str]
+    queue: str
+    max_attempts: int
+    timeout: float | None
+    grace: float | None
+    keep: float | None
+    cwd: str | None
+    cleanup: list[str]
+
+
+class ScheduleDocument(BaseModel):
+    """A schedule (``Schedule.to_dict()``) and the status of the last job it made."""
+
+    id: str
+    cron: str | None
+    every: float | None
+    tz: str
+    misfire: Literal["once", "skip"]
+    overlap: bool
+    paused: bool
+    job: JobTemplateDoc
+    next_at: str | None
+    last_fire_at: str | None
+    last_job: str | None
+    fires: int
+    skipped: int
+    created_at: str
+    updated_at: str
+    last_status: JobStatus | None
+
+
+class SchedulePage(BaseModel):
+    schedules: list[ScheduleDocument]
 
 
 class ErrorBody(BaseModel):

@@ -378,7 +378,8 @@ class Store(abc.ABC):
                 return schedule
             if not replace:
                 raise ScheduleExists(
-                    f"a schedule named {schedule.id!r} exists; remove it first or replace it (--replace)"
+                    f"a schedule named {schedule.id!r} exists; remove it first, or replace "
+                    "it (--replace)"
                 )
             return cron.redefine(old, schedule, now)
 

@@ -70,6 +70,28 @@ function clock(iso) {
   return d.toLocaleTimeString([], { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
 }
 
+// "in 5m" until a time (or "due now").
+function fromNow(iso) {
+  const s = (Date.parse(iso) - Date.now()) / 1000;
+  if (s < 1) return "due now";
+  if (s < 60) return `in ${Math.ceil(s)}s`;
+  if (s < 3600) return `in ${Math.floor(s / 60)}m ${Math.floor(s % 60)}s`;
+  if (s < 86400) return `in ${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+  return `in ${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
+}
+
+function every(seconds) {
+  if (seconds % 86400 === 0) return `every ${seconds / 86400}d`;
+  if (seconds % 3600 === 0) return `every ${seconds / 3600}h`;
+  if (seconds % 60 === 0) return `every ${seconds / 60}m`;
+  return `every ${seconds}s`;
+}
+
+// A pending job waiting for its time (a delay, or a retry's backoff).
+function waiting(job) {
+  return job.status === "pending" && job.run_after && Date.parse(job.run_after) > Date.now();
+}
+
 function when(iso) {
   return iso ? `${new Date(iso).toLocaleString()} (${ago(iso)})` : "—";
 }
@@ -199,7 +221,8 @@ function row(job, previous) {
     ),
     h("td", {}, h("div", { class: "progress-cell" }, progressBar(job, false, previous), h("span", { class: "pct" }, pctText(job)))),
     h("td", { class: "step" }, job.step ? `${job.step}` : h("span", { class: "muted" }, "—"),
-      job.phase && job.step ? h("div", { class: "sub" }, job.phase) : null),
+      job.phase && job.step ? h("div", { class: "sub" }, job.phase) : null,
+      waiting(job) ? h("div", { class: "due", "data-runs-at": job.run_after }, `runs ${fromNow(job.run_after)}`) : null),
     h("td", { class: "time", "data-ago": job.created_at }, ago(job.created_at)),
     h("td", { class: "time", "data-duration": "1" }, duration(job)),
     h("td", { class: "id", title: job.id }, job.id.slice(-10)),
@@ -317,7 +340,7 @@ function renderJob(job) {
   );
   setBar($("job-progress"), job, true);
   $("job-progress-text").replaceChildren(
-    h("span", {}, job.step ? `${job.step} · ${job.phase || ""}` : job.status === "pending" ? "waiting for a worker" : ""),
+    h("span", {}, job.step ? `${job.step} · ${job.phase || ""}` : waiting(job) ? `runs at ${new Date(job.run_after).toLocaleString()} (${fromNow(job.run_after)})` : job.status === "pending" ? "waiting for a worker" : ""),
     h("span", { class: "pct-big" }, pctText(job)),
   );
   $("cancel").hidden = TERMINAL.has(job.status);
@@ -332,7 +355,16 @@ function renderJob(job) {
     ["finished", when(job.finished_at)],
     ["duration", duration(job)],
   ];
-  if (job.run_after) meta.push(["retry after", when(job.run_after)]);
+  if (waiting(job)) {
+    const label = job.attempts > 0 ? "retry at" : "runs at";
+    meta.push([label, `${new Date(job.run_after).toLocaleString()} (${fromNow(job.run_after)})`]);
+  }
+  if (job.timeout !== null && job.timeout !== undefined) meta.push(["timeout", `${job.timeout}s`]);
+  if (job.fired) {
+    const why = { catch_up: " · catch-up", manual: " · run by hand" }[job.fired.reason] || "";
+    meta.push(["schedule", h("span", {}, h("a", { href: "#/schedules" }, job.fired.schedule), ` · for ${when(job.fired.fire_at)}${why}`)]);
+  }
+  if (job.keep !== null && job.keep !== undefined) meta.push(["kept", `${job.keep}s after it finishes`]);
   if (job.worker) meta.push(["worker", job.worker]);
   if (job.pid) meta.push(["pid", String(job.pid)]);
   if (job.command) meta.push(["command", h("code", {}, job.command.join(" "))]);
@@ -525,11 +557,80 @@ $("resume-form").addEventListener("submit", (e) => {
   act("Job resumed", () => api(`jobs/${encodeURIComponent(id)}/resume`, { method: "POST", body: { answer } }));
 });
 
+// ------------------------------------------------------------------ schedules
+function scheduleRow(s) {
+  const whenText = s.cron ? `cron ${s.cron}${s.tz && s.tz !== "UTC" ? ` (${s.tz})` : ""}` : every(s.every);
+  const next = s.paused
+    ? h("span", { class: "pill paused" }, "paused")
+    : s.next_at
+      ? h("span", {}, new Date(s.next_at).toLocaleString(), h("div", { class: "due", "data-runs-at": s.next_at }, fromNow(s.next_at)))
+      : "—";
+  const last = s.last_job
+    ? h("span", {},
+      h("a", { class: "job-link mono", href: `#/jobs/${encodeURIComponent(s.last_job)}` }, s.last_job.slice(-24)), " ",
+      h("span", { class: `pill ${s.last_status || ""}` }, s.last_status || "deleted"),
+      h("div", { class: "sub" }, `${s.fires} run${s.fires === 1 ? "" : "s"}${s.skipped ? ` · ${s.skipped} skipped` : ""}`))
+    : h("span", { class: "muted" }, "not yet");
+  const job = s.job.command ? s.job.command.join(" ") : s.job.name;
+  const name = encodeURIComponent(s.id);
+  const toggle = s.paused
+    ? h("button", { class: "btn", "data-action": "resume", onclick: () => scheduleAct(`schedules/${name}/resume`, `${s.id} resumed`) }, "Resume")
+    : h("button", { class: "btn", "data-action": "pause", onclick: () => scheduleAct(`schedules/${name}/pause`, `${s.id} paused`) }, "Pause");
+  const runNow = h("button", { class: "btn primary", "data-action": "run", onclick: () => scheduleAct(`schedules/${name}/run`, `${s.id}: a job started`) }, "Run now");
+  return h("tr", { "data-id": s.id },
+    h("td", {}, h("div", { class: "job-name" }, s.id), h("div", { class: "sub" }, job)),
+    h("td", {}, whenText, h("div", { class: "sub" }, `misfire ${s.misfire}${s.overlap ? "" : " · no overlap"}`)),
+    h("td", { class: "time" }, next),
+    h("td", {}, last),
+    h("td", { class: "c-actions" }, toggle, runNow));
+}
+
+async function loadSchedules() {
+  try {
+    const page = await api("schedules");
+    const rows = page.schedules.map(scheduleRow);
+    $("schedules").replaceChildren(...rows);
+    $("schedules-empty").hidden = rows.length > 0;
+    const paused = page.schedules.filter((s) => s.paused).length;
+    $("schedules-summary").textContent = rows.length ? `${rows.length} schedule${rows.length === 1 ? "" : "s"}${paused ? ` · ${paused} paused` : ""}` : "";
+  } catch (e) {
+    toast(e.message, true);
+  }
+}
+
+async function scheduleAct(path, label) {
+  try {
+    await api(path, { method: "POST" });
+    toast(label);
+  } catch (e) {
+    toast(e.message, true);
+  }
+  loadSchedules();
+}
+
+function showSchedules(on) {
+  $("schedules-view").hidden = !on;
+  $("nav-schedules").classList.toggle("active", on);
+  $("nav-jobs").classList.toggle("active", !on);
+  clearInterval(S.scheduleTimer);
+  if (on) {
+    loadSchedules();
+    S.scheduleTimer = setInterval(loadSchedules, 5000);
+  }
+}
+
 // ------------------------------------------------------------------ routing and start
 function route() {
   const m = location.hash.match(/^#\/jobs\/(.+)$/);
-  if (m) openJob(decodeURIComponent(m[1]));
-  else {
+  if (m) {
+    showSchedules(false);
+    openJob(decodeURIComponent(m[1]));
+  } else if (location.hash === "#/schedules") {
+    closeJob();
+    $("list-view").hidden = true;
+    showSchedules(true);
+  } else {
+    showSchedules(false);
     closeJob();
     renderSummary();
   }
@@ -558,6 +659,10 @@ setInterval(() => {
     if (!job) return;
     tr.querySelector("[data-ago]").textContent = ago(job.created_at);
     if (job.status === "running") tr.querySelector("[data-duration]").textContent = duration(job);
+  });
+  document.querySelectorAll("[data-runs-at]").forEach((el) => {
+    const prefix = el.closest("#jobs") ? "runs " : "";
+    el.textContent = prefix + fromNow(el.dataset.runsAt);
   });
   if (S.job && S.job.status === "running") {
     const dd = [...document.querySelectorAll("#job-meta dt")].find((dt) => dt.textContent === "duration");
