@@ -695,7 +695,8 @@ class Schedule:
     #: The last fire time that made a job, and that job's id.
     last_fire_at: datetime | None = None
     last_job: str | None = None
-    #: Jobs made so far, and fires skipped (misfire ``skip``, or ``overlap=False``).
+    #: Jobs made so far; and times fires made no job of their own (missed fire times,
+    #: even when a catch-up job stood in for them, or ``overlap=False``).
     fires: int = 0
     skipped: int = 0
     created_at: datetime = field(default_factory=utcnow)
