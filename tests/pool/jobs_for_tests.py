@@ -155,3 +155,31 @@ def noop(value: Any = None) -> Any:
 def sleep(seconds: float) -> float:
     time.sleep(seconds)
     return seconds
+
+
+_STUBBORN_CHILD = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+)
+
+
+@outlast.job(name="pt.tree", attempts=1)
+def tree(path: str, sleep: float = 60.0) -> None:
+    """Start a child that ignores SIGTERM (its PID, then ours, go to ``path``), then sleep:
+    a timeout must end both."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", _STUBBORN_CHILD])
+    append(path, str(child.pid))
+    append(path, str(os.getpid()))
+    time.sleep(sleep)
+
+
+@outlast.job(name="pt.time_left", attempts=1)
+def time_left() -> Any:
+    """What the job sees of its deadline."""
+    ctx = outlast.current()
+    return {
+        "left": ctx.time_left(),
+        "deadline": None if ctx.deadline is None else str(ctx.deadline),
+    }

@@ -1,0 +1,189 @@
+"""Schedules with real pools: whichever pool holds the store's maintenance lock fires them,
+each fire time exactly once, through pool deaths; after downtime, the misfire policy decides;
+``@outlast.job(cron=…)`` is stored by the pools that import it."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from outlast import cron
+from outlast.model import JobState, Kind, Status
+from outlast.run import registry
+from outlast.run.api import schedule
+from tests.pool import jobs_for_tests, scheduled_jobs
+from tests.pool.conftest import Harness
+from tests.store.adapters import ADAPTERS
+from tests.waiting import until
+
+
+def _fired(pool: Harness, name: str) -> list[JobState]:
+    return sorted(
+        (s for s in pool.all() if s.fired is not None and s.fired.schedule == name),
+        key=lambda s: s.fired.fire_at if s.fired else s.created_at,
+    )
+
+
+def _every_second(pool: Harness, name: str, misfire: str = "once") -> None:
+    spec = registry.lookup("pt.noop")
+    schedule(spec, name=name, every=1, misfire=misfire, args=[name], store=pool.store)
+
+
+@pytest.mark.timeout(120)
+def test_a_pool_fires_a_schedule_and_runs_its_jobs(pool: Harness) -> None:
+    _every_second(pool, "tick")
+    pool.worker()
+    jobs = until(lambda: len(_fired(pool, "tick")) >= 3 and _fired(pool, "tick"), 20, "3 fires")
+    for job in jobs[:3]:
+        state = pool.wait_for(job.id, {Status.SUCCEEDED}, 20)
+        assert state.result == "tick" and state.fired is not None
+        lateness = (state.created_at - state.fired.fire_at).total_seconds()
+        assert 0 <= lateness < 1.0, lateness  # fired at its time, not at the next sweep
+    listed = pool.cli("schedule", "ls", "--json")
+    assert listed.returncode == 0, listed
+    [doc] = __import__("json").loads(listed.stdout)["schedules"]
+    assert (
+        doc["id"] == "tick"
+        and doc["fires"] >= 3
+        and doc["last_status"]
+        in (
+            "pending",
+            "running",
+            "succeeded",
+        )
+    )
+
+
+@pytest.mark.timeout(60)
+def test_declared_schedules_are_stored_by_the_pools_that_import_them(pool: Harness) -> None:
+    pool.worker("--import", scheduled_jobs.MODULE)
+    until(lambda: len(pool.store.schedules()) == 2, 20, "the declared schedules to be stored")
+    nightly = pool.store.get_schedule("pt.nightly")
+    assert (nightly.cron, nightly.tz, nightly.misfire) == ("30 2 * * *", "Europe/Berlin", "skip")
+    assert nightly.job.kind == Kind.FUNCTION and nightly.job.call is not None
+    assert nightly.job.call.module == scheduled_jobs.MODULE
+    tick = pool.store.get_schedule("pt.tick")
+    assert tick.every == 1.0 and not tick.overlap
+    job = until(lambda: _fired(pool, "pt.tick"), 20, "pt.tick to fire")[0]
+    assert pool.wait_for(job.id, {Status.SUCCEEDED}, 20).result == "tick"
+    # a second pool importing the same module changes nothing (same definition)
+    before = pool.store.get_schedule("pt.tick")
+    pool.worker("--import", scheduled_jobs.MODULE)
+    time.sleep(1.5)
+    assert pool.store.get_schedule("pt.tick").created_at == before.created_at
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: a.name)
+@pytest.mark.parametrize("misfire", ["once", "skip"])
+def test_after_downtime_once_makes_one_catch_up_and_skip_none(
+    tmp_path: Path, adapter: object, misfire: str
+) -> None:
+    url = adapter.make_url(tmp_path)  # type: ignore[attr-defined]
+    if url is None:
+        pytest.skip("no such store on this machine")
+    pool = Harness(tmp_path, url)
+    try:
+        _every_second(pool, "nightly", misfire)
+        first = pool.store.get_schedule("nightly").next_at
+        assert first is not None
+        time.sleep(5.5)  # five fire times, and no process maintains the store
+        started = datetime.now(UTC)
+        pool.worker()
+        until(lambda: pool.store.get_schedule("nightly").next_at > started, 20, "a fire")
+        time.sleep(0.5)
+        jobs = _fired(pool, "nightly")
+        catch_ups = [j for j in jobs if j.fired and j.fired.reason == "catch_up"]
+        if misfire == "once":
+            assert len(catch_ups) == 1, jobs
+            fired = catch_ups[0].fired
+            assert fired is not None and fired.fire_at >= first + timedelta(seconds=4)
+            assert all(
+                j.fired and j.fired.fire_at > fired.fire_at for j in jobs if j not in catch_ups
+            )
+            assert pool.wait_for(catch_ups[0].id, {Status.SUCCEEDED}, 20)
+        else:
+            assert catch_ups == []
+            assert all(j.fired and j.fired.fire_at >= first + timedelta(seconds=5) for j in jobs)
+        assert pool.store.get_schedule("nightly").skipped == 1
+    finally:
+        pool.close()
+
+
+def _pg_url(tmp: Path) -> str | None:
+    return ADAPTERS[2].make_url(tmp)
+
+
+@pytest.mark.timeout(240)
+def test_every_fire_time_makes_one_job_while_pools_are_killed(tmp_path: Path) -> None:
+    """Four pools on one SQLite store and four on one PostgreSQL store, a schedule every
+    second for 60 s, one pool SIGKILLed every 10 s and started again: one job per fire time,
+    never two; a fire time with no job only in a misfire window (the moment the maintainer
+    died), where the catch-up job that follows stands in for it."""
+    harnesses = [Harness(tmp_path / "sqlite")] if (tmp_path / "sqlite").mkdir() is None else []
+    pg = _pg_url(tmp_path)
+    if pg is not None:
+        (tmp_path / "pg").mkdir()
+        harnesses.append(Harness(tmp_path / "pg", pg))
+    try:
+        threads = [threading.Thread(target=_trial, args=(h,)) for h in harnesses]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for h in harnesses:
+            _check_trial(h)
+    finally:
+        for h in harnesses:
+            h.close()
+
+
+def _trial(pool: Harness, seconds: float = 60.0, kill_every: float = 10.0) -> None:
+    _every_second(pool, "tick")
+    pools = [pool.worker() for _ in range(4)]
+    end = time.monotonic() + seconds
+    victim = 0
+    while time.monotonic() < end:
+        time.sleep(min(kill_every, max(0.0, end - time.monotonic())))
+        if time.monotonic() >= end:
+            break
+        pools[victim].popen.send_signal(signal.SIGKILL)
+        pools[victim].wait()
+        pools[victim] = pool.worker()
+        victim = (victim + 1) % len(pools)
+    pool.store.pause_schedule("tick")
+    pool.kills = seconds // kill_every  # type: ignore[attr-defined]
+
+
+def _check_trial(pool: Harness) -> None:
+    jobs = _fired(pool, "tick")
+    keys = Counter((j.fired.schedule, j.fired.fire_at) for j in jobs if j.fired)
+    assert [k for k, n in keys.items() if n > 1] == [], "a fire time made two jobs"
+    assert len(jobs) >= 50, f"{pool.url}: only {len(jobs)} fires in 60 s"
+    times = [j.fired.fire_at for j in jobs if j.fired]
+    reasons = {j.fired.fire_at: j.fired.reason for j in jobs if j.fired}
+    expected, missing = times[0], []
+    while expected <= times[-1]:
+        if expected not in reasons:
+            missing.append(expected)
+        expected += timedelta(seconds=1)
+    # each missing fire time is in a misfire window: the next fire time that made a job
+    # made it as a catch-up
+    for gap in missing:
+        after = min(t for t in times if t > gap)
+        assert reasons[after] == "catch_up", f"{pool.url}: {gap} has no job and no catch-up"
+    assert len(missing) <= 3 * pool.kills, (pool.url, missing)  # type: ignore[attr-defined]
+    for job in jobs:
+        state = pool.wait_for(job.id, {Status.SUCCEEDED}, 60)
+        assert state.result == "tick"
+
+
+def test_the_module_of_jobs_is_importable() -> None:
+    assert jobs_for_tests.MODULE == "tests.pool.jobs_for_tests"
+    assert cron.job_id("tick", datetime(2026, 1, 1, tzinfo=UTC)) == "tick.20260101T000000Z"
