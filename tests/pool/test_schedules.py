@@ -182,6 +182,11 @@ def _check_trial(pool: Harness) -> None:
     for job in jobs:
         state = pool.wait_for(job.id, {Status.SUCCEEDED}, 60)
         assert state.result == "tick"
+    catch_ups = sum(1 for r in reasons.values() if r == "catch_up")
+    print(
+        f"{pool.url.split(':')[0]}: {len(jobs)} jobs, {len(missing)} fire times in misfire "
+        f"windows, {catch_ups} catch-ups, no duplicate"
+    )
 
 
 def test_the_module_of_jobs_is_importable() -> None:
