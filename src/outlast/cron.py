@@ -149,9 +149,12 @@ def upcoming(schedule: Schedule, count: int, after: datetime) -> list[datetime]:
     return out
 
 
-def job_id(schedule_id: str, fire_at: datetime) -> str:
-    """The id of the job of one fire: the unique key of (schedule, fire time)."""
-    return f"{schedule_id}.{fire_at.astimezone(UTC):%Y%m%dT%H%M%S}Z"
+def job_id(schedule_id: str, fire_at: datetime, manual: bool = False) -> str:
+    """The id of the job of one fire: the unique key of (schedule, fire time). A run asked
+    for by hand is not a fire time's (any number may be asked for): its id has the
+    microseconds too."""
+    base = f"{schedule_id}.{fire_at.astimezone(UTC):%Y%m%dT%H%M%S}Z"
+    return f"{base}.{fire_at:%f}" if manual else base
 
 
 def plan(schedule: Schedule, now: datetime, last_live: bool) -> tuple[Schedule, list[Fired]]:
@@ -192,7 +195,7 @@ def manual(schedule: Schedule, now: datetime) -> tuple[Schedule, Fired]:
     fired = Fired(schedule.id, now, "manual")
     new = schedule.evolve(
         last_fire_at=now,
-        last_job=job_id(schedule.id, now),
+        last_job=job_id(schedule.id, now, manual=True),
         fires=schedule.fires + 1,
         updated_at=now,
     )
@@ -202,9 +205,7 @@ def manual(schedule: Schedule, now: datetime) -> tuple[Schedule, Fired]:
 def make_job(schedule: Schedule, fired: Fired, now: datetime) -> JobState:
     """The pending job of one fire."""
     t = schedule.job
-    job = job_id(schedule.id, fired.fire_at)
-    if fired.reason == "manual":  # not a fire time's: any number may be asked for
-        job = f"{job}.{now:%f}"
+    job = job_id(schedule.id, fired.fire_at, manual=fired.reason == "manual")
     pipeline = None
     if t.kind == Kind.PIPELINE:
         from outlast.model import PipelineState

@@ -94,6 +94,7 @@ def test_a_fire_makes_one_job_keyed_by_schedule_and_fire_time(store: Store) -> N
     now = store.run_schedule_now("report")  # by hand: another job, the times unchanged
     assert now.fired is not None and now.fired.reason == "manual" and now.id != job.id
     assert store.get_schedule("report").next_at == schedule.next_at
+    assert store.get_schedule("report").last_job == now.id
 
 
 def test_no_overlap_skips_while_the_last_job_is_live(store: Store) -> None:
