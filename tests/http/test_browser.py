@@ -172,3 +172,56 @@ def test_the_dashboard_asks_for_the_token_it_lacks(
     page.locator(f'tr[data-id="{job.id}"]').wait_for()
     page.locator("#live[data-state='live']").wait_for()
     assert page.evaluate("() => sessionStorage.getItem('outlast.token')") == TOKEN
+
+
+def test_the_schedules_page_shows_next_runs_and_acts(
+    page: Any, shown: tuple[Server, Store, str], tmp_path: Path
+) -> None:
+    """The schedules page lists each schedule's next run and last job; Pause, Resume and
+    Run now act on the store; a delayed job says when it runs."""
+    from datetime import UTC, datetime, timedelta
+
+    from outlast import cron
+
+    secured, store, _ = shown
+    template = cron.template("command", "backup", command=["./backup.sh", "--all"])
+    store.add_schedule(
+        cron.new_schedule("nightly-backup", template, cron="0 3 * * *", tz="Europe/Berlin")
+    )
+    report = cron.template("function", "reports.weekly")
+    store.add_schedule(cron.new_schedule("weekly-report", report, every=7 * 86400))
+    delayed = store.create(
+        kind="function", name="emails.reminder", run_after=datetime.now(UTC) + timedelta(hours=2)
+    )
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("response", lambda response: _response(response, problems))
+    page.goto(f"{secured.url}/?token={TOKEN}")
+    row = page.locator(f'tr[data-id="{delayed.id}"]')
+    row.wait_for()
+    assert "runs in 1h 59m" in row.inner_text() or "runs in 2h" in row.inner_text()
+    page.get_by_role("link", name="Schedules").click()
+    nightly = page.locator('tr[data-id="nightly-backup"]')
+    nightly.wait_for()
+    text = nightly.inner_text()
+    assert "cron 0 3 * * * (Europe/Berlin)" in text and "./backup.sh --all" in text
+    assert "not yet" in text and re.search(r"in \d+h", text), text
+    assert "every 7d" in page.locator('tr[data-id="weekly-report"]').inner_text()
+    page.screenshot(path=str(tmp_path / "dashboard-schedules.png"))
+
+    nightly.get_by_role("button", name="Pause").click()
+    nightly.locator(".pill.paused").wait_for()
+    assert store.get_schedule("nightly-backup").paused
+    nightly.get_by_role("button", name="Resume").click()
+    nightly.get_by_role("button", name="Pause").wait_for()
+    assert not store.get_schedule("nightly-backup").paused
+
+    page.locator('tr[data-id="weekly-report"]').get_by_role("button", name="Run now").click()
+    link = page.locator('tr[data-id="weekly-report"] a.job-link')
+    link.wait_for()
+    job = store.get_schedule("weekly-report").last_job
+    assert job is not None and store.get(job).fired is not None
+    link.click()
+    page.locator("#job-meta").filter(has_text="weekly-report").wait_for()
+    assert "run by hand" in page.locator("#job-meta").inner_text()
+    assert not problems, problems
