@@ -174,3 +174,15 @@ def test_unclaimed_lists_command_jobs_nobody_took(store: Store) -> None:
     taken = store.create(command=["true"])
     taken.start()
     assert [s.id for s in store.unclaimed(now + timedelta(seconds=1))] == [due]
+
+
+def test_more_schedules_than_a_batch_all_fire_in_one_call(store: Store) -> None:
+    now = datetime.now(UTC)
+    past = now - timedelta(seconds=59.9)
+    for i in range(130):  # FIRE_BATCH is 100
+        store.add_schedule(cron.new_schedule(f"s{i:03}", _template(), every=60, now=past))  # type: ignore[arg-type]
+    time.sleep(0.2)
+    made = store.fire_schedules()
+    assert len(made) == 130 and len({j.id for j in made}) == 130
+    assert store.fire_schedules() == []
+    assert all(s.fires == 1 for s in store.schedules())

@@ -52,6 +52,8 @@ Row = tuple[Any, ...]
 Write = tuple[JobState, JobState, int, Sequence[NewEvent]]
 _TERMINAL = tuple(str(s) for s in TERMINAL)
 _CHUNK = 500  # ids per ``IN (…)``
+#: Schedules fired per transaction.
+FIRE_BATCH = 100
 
 
 class Dialect:
@@ -586,20 +588,39 @@ class SqlStore(Store):
         return out
 
     def _fire(self, now: datetime, manual: str | None) -> builtins.list[JobState]:
+        """The due schedules in batches of :data:`FIRE_BATCH`, one transaction each (a fired
+        schedule moves past ``now``, so the next batch holds the next ones; a corrupt one
+        stays behind, skipped once)."""
+        made: list[JobState] = []
+        seen: set[str] = set()
+        while True:
+            jobs, fired = self._fire_batch(now, manual, seen)
+            made += jobs
+            if manual is not None or not fired:
+                return made
+            seen.update(fired)
+
+    def _fire_batch(
+        self, now: datetime, manual: str | None, seen: set[str]
+    ) -> tuple[builtins.list[JobState], builtins.list[str]]:
         d = self.dialect
         made: list[JobState] = []
+        fired: list[str] = []
         with self._tx("fire schedules") as tx:
             if manual is None:
                 skip = " FOR UPDATE SKIP LOCKED" if d.name == "postgresql" else ""
                 sql = (
                     "SELECT id, doc FROM {schedules} WHERE paused = 0 AND next_at <= ?"
-                    f" ORDER BY next_at LIMIT 100{skip}"
+                    f" ORDER BY next_at, id LIMIT {FIRE_BATCH}{skip}"
                 )
                 rows = tx.read(d.sql(sql), (d.time(now),))
             else:
                 sql = f"SELECT id, doc FROM {{schedules}} WHERE id = ?{d.for_update}"
                 rows = tx.read(d.sql(sql), (manual,))
             for name, doc in rows:
+                if name in seen:
+                    continue
+                fired.append(name)
                 try:
                     schedule = codec.decode_schedule(name, doc)
                 except CorruptJob as exc:
@@ -623,7 +644,7 @@ class SqlStore(Store):
                 values = (int(new.paused), d.time(new.next_at), codec.encode_schedule(new), name)
                 tx.write(d.sql(sql), values)
                 made += jobs
-        return made
+        return made, fired
 
     def _next_fire(self) -> datetime | None:
         sql = self.dialect.sql("SELECT min(next_at) FROM {schedules} WHERE paused = 0")
