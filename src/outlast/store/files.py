@@ -154,6 +154,9 @@ class FilesStore(_local.LocalStore):
         )
         self._scanned: dict[str, _Entry] = {}
         self._marks: dict[str, tuple[int, int, int]] = {}  # id -> (inode, seq, end offset)
+        self._schedules_made = False
+        self._next_fire_at: tuple[int, datetime | None] | None = None
+        self._schedule_cache: dict[str, tuple[tuple[int, int, int], Schedule]] = {}
 
     # ------------------------------------------------------------------ paths, files, locks
     def _file(self, job_id: str, suffix: str) -> Path:
@@ -546,7 +549,11 @@ class FilesStore(_local.LocalStore):
 
     # ------------------------------------------------------------------ schedules
     def _schedule_dir(self) -> Path:
-        return make_private_dir(self.path / ".outlast" / "schedules")
+        folder = self.path / ".outlast" / "schedules"
+        if not self._schedules_made:
+            make_private_dir(folder)
+            self._schedules_made = True
+        return folder
 
     @contextlib.contextmanager
     def _schedule_locked(self, name: str) -> Iterator[Path]:
@@ -588,26 +595,33 @@ class FilesStore(_local.LocalStore):
             raise ScheduleNotFound(f"no schedule {name}")
         return found
 
-    def _schedule_names(self) -> list[str]:
-        names = []
-        with os.scandir(self._schedule_dir()) as it:
+    def _list_schedules(self) -> list[Schedule]:
+        """Every schedule; an unchanged document (same inode, size and mtime, and not
+        written in the last two seconds: see ``_RACY_NS``) is not read again, so the
+        maintainer's look at the next fire time each sweep costs a ``stat`` per schedule."""
+        out, cache = [], {}
+        trusted_before = time.time_ns() - _RACY_NS
+        with self._translated("list schedules"), os.scandir(self._schedule_dir()) as it:
             for item in it:
                 name = item.name[:-5]
-                if item.name.endswith(".json") and _is_job_id(name):
-                    names.append(name)
-        return names
-
-    def _list_schedules(self) -> list[Schedule]:
-        out = []
-        with self._translated("list schedules"):
-            for name in self._schedule_names():
+                if not item.name.endswith(".json") or not _is_job_id(name):
+                    continue
                 try:
-                    found = self._load_schedule(name, self._schedule_dir() / f"{name}.json")
+                    key = _stat_key(item.stat(follow_symlinks=False))
+                    known = self._schedule_cache.get(name)
+                    if known is not None and known[0] == key and key[2] < trusted_before:
+                        found: Schedule | None = known[1]
+                    else:
+                        found = self._load_schedule(name, Path(item.path))
+                except FileNotFoundError:
+                    continue  # removed while we looked
                 except CorruptJob as exc:
                     log.warning("skipping a corrupt schedule: %s", exc)
                     continue
                 if found is not None:
+                    cache[name] = (key, found)
                     out.append(found)
+        self._schedule_cache = cache
         return out
 
     def _fire(self, now: datetime, manual: str | None) -> list[JobState]:
@@ -650,8 +664,18 @@ class FilesStore(_local.LocalStore):
         return made
 
     def _next_fire(self) -> datetime | None:
+        """The earliest next fire time; one ``stat`` of the schedules' folder while it has
+        not changed (every write of a schedule renames a file into it)."""
+        folder = self._schedule_dir()
+        with self._translated("next fire time"):
+            mtime = os.stat(folder).st_mtime_ns
+        known = self._next_fire_at
+        if known is not None and known[0] == mtime and mtime < time.time_ns() - _RACY_NS:
+            return known[1]
         times = [s.next_at for s in self._list_schedules() if not s.paused and s.next_at]
-        return min(times, default=None)
+        due = min(times, default=None)
+        self._next_fire_at = (mtime, due)
+        return due
 
     # ------------------------------------------------------------------ retention, strays
     def _expired(self, now: datetime, cutoff: datetime | None, limit: int) -> list[JobState]:
