@@ -9,13 +9,13 @@ in the same write as the state, so a watcher that sees a terminal state also see
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from outlast.errors import InvalidInput, InvalidTransition
-from outlast.frozen import FrozenDict, FrozenList
+from outlast.frozen import FrozenList
 from outlast.ids import DEDICATED, check_queue, new_id
 from outlast.model import (
     JSON,
@@ -116,7 +116,7 @@ def _check_value(value: Any, what: str, depth: int) -> None:
 
 def check_labels(labels: Any) -> dict[str, str]:
     """``labels`` as a plain dict, if they are ``str -> str`` with non-empty keys (no ``=``)."""
-    if labels is not None and not isinstance(labels, dict | FrozenDict):
+    if labels is not None and not isinstance(labels, Mapping):
         raise InvalidInput(f"labels must be an object of strings, not {type(labels).__name__}")
     checked: dict[str, str] = dict(labels or {})
     for key, value in checked.items():
@@ -175,7 +175,7 @@ def new_job(
         raise InvalidInput(f"max_attempts must be a whole number >= 1, not {max_attempts!r}")
     if queue != DEDICATED:  # the queue of spawned jobs, which pools never claim
         check_queue(queue)
-    if payload is not None and not isinstance(payload, dict | FrozenDict):
+    if payload is not None and not isinstance(payload, Mapping):
         raise InvalidInput("payload must be a JSON object")
     if call is not None and not isinstance(call, Call):
         raise InvalidInput("call must be an outlast.model.Call")

@@ -167,7 +167,9 @@ def test_prune_removes_finished_jobs_but_not_running_ones(cli: Outlast) -> None:
 
     assert cli("prune", "--older-than", "1h").ok().out.strip() == "removed 0 job(s)"
     dry = cli("prune", "--older-than", "0s", "--dry-run").ok()
-    assert dry.out.strip() == "would remove 3 job(s)"
+    *listed, last = dry.out.strip().splitlines()
+    assert last == "would remove 3 job(s)"
+    assert {line.split()[0] for line in listed} == {ok, bad, canceled}  # it lists them
     assert len(cli("ls", "--json").json()) == 4
 
     assert cli("prune", "--older-than", "0s").ok().out.strip() == "removed 3 job(s)"

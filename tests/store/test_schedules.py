@@ -166,14 +166,40 @@ def test_retention_removes_finished_jobs_past_their_keep(store: Store) -> None:
     assert store.events(short) == []
 
 
-def test_unclaimed_lists_command_jobs_nobody_took(store: Store) -> None:
+def test_unclaimed_lists_command_and_spawned_jobs_nobody_took(store: Store) -> None:
     now = datetime.now(UTC)
     due = store.create(command=["true"]).id
-    store.create(command=["true"], run_after=now + timedelta(hours=1))
+    later = store.create(command=["true"], run_after=now + timedelta(hours=1)).id
+    spawned = store.create(kind="function", name="f", queue="@dedicated").id
     store.create(kind="function", name="f", queue="default")  # a pool's to claim
     taken = store.create(command=["true"])
     taken.start()
-    assert [s.id for s in store.unclaimed(now + timedelta(seconds=1))] == [due]
+    assert {s.id for s in store.unclaimed()} == {due, later, spawned}
+
+
+def test_the_change_watch_is_quiet_while_nothing_changes(store: Store) -> None:
+    """What lets an idle maintainer send no query: a watch that changes only with writes
+    (after the first look; a write less than 100 ms old may be looked at again)."""
+    watch = store.change_watch()
+    try:
+        assert watch.changed()  # the first look
+        time.sleep(0.2)
+        assert not watch.changed()
+        assert not watch.changed()
+        store.add_schedule(_every("w", 60))  # type: ignore[arg-type]
+        until_changed = time.monotonic() + 5
+        while not watch.changed():
+            assert time.monotonic() < until_changed, "a new schedule went unseen"
+            time.sleep(0.05)
+        time.sleep(0.2)
+        watch.changed()
+        assert not watch.changed()
+        store.create(command=["true"])  # a new job too
+        while not watch.changed():
+            assert time.monotonic() < until_changed + 5, "a new job went unseen"
+            time.sleep(0.05)
+    finally:
+        watch.close()
 
 
 def test_more_schedules_than_a_batch_all_fire_in_one_call(store: Store) -> None:

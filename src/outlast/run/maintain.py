@@ -10,16 +10,17 @@ takes over at once). The holder:
 - fires the due schedules (:mod:`outlast.run.schedules`), waking at the next fire time, so a
   schedule fires within milliseconds of its time whatever process holds the lock;
 - restarts the worker of a command or spawned job that nobody took (its supervisor died
-  while it waited for its time, a reboot), every ``STRAYS_EVERY`` seconds;
+  while it waited for its time, a reboot), once it is ``reap.STRANDED_AFTER`` seconds late;
 - removes finished jobs past their retention (``keep=``, ``$OUTLAST_KEEP``) in batches of
   ``PRUNE_BATCH``, each job in its own short transaction, every ``PRUNE_EVERY`` seconds.
 
 Cost while nothing dies: on the local stores, a listing of the lock folder and a non-blocking
 flock per live holder each sweep (no query), and one query a minute as a safety net (a lock
 file deleted by hand); on PostgreSQL one query per sweep (a dead worker's lock simply
-disappears: nothing is written that could wake anyone). Plus, each sweep, one indexed query
-for the next fire time of the schedules. Every process that is not the maintainer only waits
-for the lock.
+disappears: nothing is written that could wake anyone). Schedules and jobs nobody took are
+looked at again only when the store's change watch (the database files' times; PostgreSQL's
+notifications) says something was written, at the time noted for them, or once a minute.
+Every process that is not the maintainer only waits for the lock.
 """
 
 from __future__ import annotations
@@ -27,12 +28,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
 
 from outlast import config
 from outlast.model import utcnow
 from outlast.run import reap, schedules
-from outlast.store import MaintenanceLock, Store
+from outlast.store import ChangeWatch, MaintenanceLock, Store
 
 log = logging.getLogger("outlast.maintain")
 
@@ -40,7 +40,7 @@ log = logging.getLogger("outlast.maintain")
 SWEEP_EVERY = 1.0
 #: Seconds between thorough sweeps (a query even when no lock file says anybody died).
 THOROUGH_EVERY = 60.0
-#: Seconds between looks for command and spawned jobs that no worker took.
+#: Seconds before looking again for command and spawned jobs nobody took, after a failure.
 STRAYS_EVERY = 5.0
 #: Seconds between retention passes, and jobs removed at most per pass (another pass follows
 #: at once while there are more).
@@ -68,9 +68,10 @@ class Maintainer:
         self.fired = 0
         self.strays = 0
         self.pruned = 0
-        self._strays_at = 0.0
+        self._strays_at: float | None = None  # when a job nobody took may be overdue
         self._prune_at = 0.0
         self._next_fire: float | None = None  # monotonic time of the next schedule's fire
+        self._watch: ChangeWatch | None = None
         self._stop = threading.Event()
         self._lock: MaintenanceLock | None = None
         self._thread: threading.Thread | None = None
@@ -128,6 +129,9 @@ class Maintainer:
                 pause = min(pause, max(0.0, self._next_fire - time.monotonic()))
             self._stop.wait(pause)
         self.active = False
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if not self._stop.is_set():
             log.warning("lost the store's maintenance lock; waiting to take it again")
 
@@ -135,18 +139,29 @@ class Maintainer:
         """One round of maintenance (see the module docstring); False when something failed
         (the next sweep then looks at every live job). One job that cannot be reconciled
         (the store failed, its worker could not be restarted) never stops the others, nor
-        the thread."""
+        the thread. Schedules and jobs nobody took are looked at when the store's change
+        watch says something changed, when the time noted for them comes, and on thorough
+        sweeps: while nothing happens, no query."""
         ok = self._reconcile(thorough)
-        ok = self._fire() and ok
         now = time.monotonic()
-        if now >= self._strays_at:
-            self._strays_at = now + STRAYS_EVERY
+        try:
+            changed = self._watch_changed()
+        except Exception as exc:
+            log.warning("maintenance: cannot watch the store for changes: %s", exc)
+            changed = True
+        if changed or thorough or (self._next_fire is not None and now >= self._next_fire):
+            ok = self._fire() and ok
+        if changed or thorough or (self._strays_at is not None and now >= self._strays_at):
             ok = self._restart_strays() and ok
         if now >= self._prune_at:
             self._prune_at = now + PRUNE_EVERY
             ok = self._prune() and ok
-        self.sweeps += 1
         return ok
+
+    def _watch_changed(self) -> bool:
+        if self._watch is None:
+            self._watch = self.store.change_watch()
+        return self._watch.changed()
 
     def _fire(self) -> bool:
         """Fire the due schedules; note when the next one is due."""
@@ -157,7 +172,7 @@ class Maintainer:
                 due = self.store.next_fire()
         except Exception as exc:
             log.warning("maintenance: cannot fire schedules: %s", exc)
-            self._next_fire = None
+            self._next_fire = time.monotonic() + self.every  # look again soon
             return False
         self._next_fire = None
         if due is not None:
@@ -165,20 +180,30 @@ class Maintainer:
         return True
 
     def _restart_strays(self) -> bool:
-        """Start the worker of each command or spawned job that nobody took."""
+        """Start the worker of each command or spawned job that nobody took a while after
+        its time (:data:`reap.STRANDED_AFTER`); note when the next one would be such."""
         try:
-            strays = self.store.unclaimed(utcnow() - timedelta(seconds=reap.STRANDED_AFTER))
+            waiting = self.store.unclaimed()
         except Exception as exc:
             log.warning("maintenance: cannot look for jobs nobody took: %s", exc)
+            self._strays_at = time.monotonic() + STRAYS_EVERY
             return False
-        for state in strays:
+        now, later = utcnow(), []
+        for state in waiting:
+            since = max(state.updated_at, state.run_after or state.updated_at)
+            overdue = (now - since).total_seconds() - reap.STRANDED_AFTER
+            if overdue <= 0:
+                later.append(-overdue)
+                continue
             try:
                 after = reap.reconcile(self.store, state)
             except Exception as exc:
                 log.warning("maintenance: cannot restart job %s: %s", state.id, exc)
+                later.append(STRAYS_EVERY)
                 continue
             if after is not state:
                 self.strays += 1
+        self._strays_at = time.monotonic() + min(later) + 0.05 if later else None
         return True
 
     def _prune(self) -> bool:
@@ -195,6 +220,7 @@ class Maintainer:
         return True
 
     def _reconcile(self, thorough: bool) -> bool:
+        """Reconcile the jobs of dead workers; a sweep counts once they could be listed."""
         try:
             states = self.store.abandoned_jobs(thorough)
         except Exception as exc:
@@ -210,6 +236,7 @@ class Maintainer:
                 continue
             if after.status != state.status:
                 self.reconciled += 1
+        self.sweeps += 1
         return ok
 
 

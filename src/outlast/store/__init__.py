@@ -13,6 +13,7 @@ from outlast.errors import InvalidInput
 from outlast.store.base import (
     Applied,
     Capabilities,
+    ChangeWatch,
     Listener,
     MaintenanceLock,
     Reconciler,
@@ -28,6 +29,7 @@ from outlast.store.task import Reporter, Task
 __all__ = [
     "Applied",
     "Capabilities",
+    "ChangeWatch",
     "Follower",
     "Journal",
     "Listener",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from outlast import paths
 from outlast.errors import StoreError
 from outlast.model import JobState
 from outlast.store import notify
-from outlast.store.base import Capabilities, MaintenanceLock, Store
+from outlast.store.base import Capabilities, ChangeWatch, MaintenanceLock, Store
 from outlast.store.common import log, make_private_dir, worker_name
 from outlast.store.journal import Fate, FileJournal, Journal, Key, journal_name, read_fates
 from outlast.store.locks import WorkerLocks
@@ -276,3 +277,30 @@ class LocalStore(Store):
             except OSError as exc:
                 log.warning("cannot sweep the attempt journals: %s", exc)
         return [s for s in live if self.abandoned(s)]
+
+
+class StatWatch(ChangeWatch):
+    """A :class:`~outlast.store.base.ChangeWatch` over files: changed when the inode, size
+    or modification time of one of them changed, or one was modified too recently to tell
+    (a later write in the same tick of the kernel's clock leaves the same time, "racy git":
+    100 ms is many ticks on the filesystems a local store needs, ext4, xfs, btrfs, tmpfs;
+    the maintainer's thorough sweep, once a minute, is the net under it)."""
+
+    RACY_NS = 100_000_000
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+        self._seen: tuple[tuple[int, int, int], ...] | None = None
+
+    def changed(self) -> bool:
+        keys = []
+        for path in self.paths:
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                keys.append((0, 0, 0))
+                continue
+            keys.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        seen, self._seen = self._seen, tuple(keys)
+        racy = any(key[2] > time.time_ns() - self.RACY_NS for key in keys)
+        return seen != self._seen or racy

@@ -133,6 +133,18 @@ class PgListener:
             return True
         return claimable
 
+    def drain_any(self) -> bool:
+        """Consume what has arrived, without blocking; True when anything did (or the
+        connection was lost: the caller re-checks)."""
+        conn = self._live()
+        if conn is None:
+            return True
+        try:
+            return bool(list(conn.notifies(timeout=0)))
+        except psycopg.Error as exc:
+            self._reconnect(exc)
+            return True
+
     def close(self) -> None:
         self._closed = True
         conn, self._conn = self._conn, None

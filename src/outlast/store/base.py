@@ -120,6 +120,19 @@ class MaintenanceLock(Protocol):
     def release(self) -> None: ...
 
 
+class ChangeWatch:
+    """Tells, cheaply, whether the store may have changed since the last look: how the
+    store's maintainer knows, without a query while nothing happens, that it must look at the
+    schedules and at jobs nobody took again. True at the first look; this default is always
+    True (the adapters do better)."""
+
+    def changed(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
 class Applied(NamedTuple):
     """What a transition came to: the job's state now, and the events it appended."""
 
@@ -471,15 +484,19 @@ class Store(abc.ABC):
             removed.append(state.id)
         return removed
 
-    def unclaimed(self, due_before: datetime) -> builtins.list[JobState]:
-        """Pending command and spawned jobs that no worker holds, due before
-        ``due_before``: their own worker should have taken them (the maintainer restarts
-        it, see ``outlast.run.reap``)."""
+    def unclaimed(self) -> builtins.list[JobState]:
+        """Pending command and spawned jobs that no worker holds: each has a worker of its
+        own that takes it at its time; one still untaken a while after that lost its worker
+        (the maintainer starts another, see ``outlast.run.reap``)."""
         return [
             s
-            for s in self._unclaimed(due_before)
+            for s in self._unclaimed()
             if (s.kind == Kind.COMMAND or s.queue == DEDICATED) and s.worker is None
         ]
+
+    def change_watch(self) -> ChangeWatch:
+        """A new :class:`ChangeWatch` on this store (close it when done)."""
+        return ChangeWatch()
 
     def _reconciler(self) -> Reconciler:
         """How waits reconcile: the run layer's when it is loaded (see :func:`use_reconciler`),
@@ -618,9 +635,8 @@ class Store(abc.ABC):
         ``keep`` of their own and finished before ``cutoff`` (None: only the first)."""
 
     @abc.abstractmethod
-    def _unclaimed(self, due_before: datetime) -> builtins.list[JobState]:
-        """Pending jobs that no worker holds, due before ``due_before`` (a superset of what
-        :meth:`unclaimed` returns is fine)."""
+    def _unclaimed(self) -> builtins.list[JobState]:
+        """Pending command and spawned jobs that no worker holds (a superset is fine)."""
 
     @abc.abstractmethod
     def _lock_acquire(self, job_id: str) -> Any:

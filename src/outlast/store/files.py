@@ -52,7 +52,15 @@ from outlast.errors import (
 from outlast.ids import DEDICATED, check_id
 from outlast.model import JobState, Kind, ProgressEvent, Schedule, Status, parse_time, utcnow
 from outlast.store import _local
-from outlast.store.base import REMOVE, Applied, ScheduleChange, Transition, fire_one, live
+from outlast.store.base import (
+    REMOVE,
+    Applied,
+    ChangeWatch,
+    ScheduleChange,
+    Transition,
+    fire_one,
+    live,
+)
 from outlast.store.common import disk_full, log, make_private_dir, translated
 from outlast.store.journal import Journal
 
@@ -693,7 +701,7 @@ class FilesStore(_local.LocalStore):
         due.sort(key=lambda e: (e.finished_at or now, e.id))
         return self._load_all(e.id for e in due[:limit])
 
-    def _unclaimed(self, due_before: datetime) -> list[JobState]:
+    def _unclaimed(self) -> list[JobState]:
         with self._translated("find unclaimed jobs"):
             entries = self._scan(claiming=True)
         return self._load_all(
@@ -702,5 +710,9 @@ class FilesStore(_local.LocalStore):
             if e.status == Status.PENDING
             and e.worker is None
             and (e.kind == Kind.COMMAND or e.queue == DEDICATED)
-            and (e.run_after is None or e.run_after <= due_before)
         )
+
+    def change_watch(self) -> ChangeWatch:
+        """A document written or removed renames or unlinks a file in the store's folder
+        (and a schedule in its own): their times say when to look again."""
+        return _local.StatWatch([self.path, self._schedule_dir()])

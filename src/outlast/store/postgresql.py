@@ -63,7 +63,7 @@ from outlast.store import _pg
 from outlast.store._pg import Conn
 from outlast.store._pglisten import PgListener
 from outlast.store._pglocks import HELD_SQL, AdvisoryLocks, PgMaintenance, lock_key, lock_pair
-from outlast.store.base import Capabilities, MaintenanceLock
+from outlast.store.base import Capabilities, ChangeWatch, MaintenanceLock
 from outlast.store.common import decode_listing, log, make_private_dir
 from outlast.store.journal import Fate, Journal, Key, line_fate, record_line
 from outlast.store.sql import LIVE, Dialect, Row, SqlStore, Write, tables, time_tables
@@ -344,6 +344,15 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         jobs = None if job_ids is None else set(job_ids)
         return PgListener(self._db, sorted(channels), jobs, self._queue_channel)
 
+    def change_watch(self) -> ChangeWatch:
+        """Woken by the notifications of a job becoming claimable (a new job, a retry) and
+        of a schedule changing (``<schema>_schedules``, sent in the schedule's transaction)."""
+        channels = sorted({self._queue_channel, f"{self.schema}_schedules"})
+        return _PgWatch(PgListener(self._db, channels, None, self._queue_channel))
+
+    def _schedules_changed(self, tx: Any, name: str) -> None:
+        tx.write("SELECT pg_notify(%s, %s)", (f"{self.schema}_schedules", name))
+
     def _log_dir(self) -> Path:
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", self._where)
         return Path(paths.state_dir()) / "postgresql" / name / "logs"
@@ -354,6 +363,22 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         for level in (folder.parent.parent, folder.parent, folder):  # all private, not just logs
             make_private_dir(level)
         return folder / f"{job_id}.log"
+
+
+class _PgWatch(ChangeWatch):
+    """A :class:`ChangeWatch` over a listener: changed at first, and whenever a notification
+    came (or the connection was lost) since the last look."""
+
+    def __init__(self, listener: PgListener) -> None:
+        self.listener = listener
+        self._first = True
+
+    def changed(self) -> bool:
+        first, self._first = self._first, False
+        return self.listener.drain_any() or first
+
+    def close(self) -> None:
+        self.listener.close()
 
 
 class _PgJournal(Journal):

@@ -555,6 +555,7 @@ class SqlStore(Store):
             new = change(old)
             if new is None:
                 return old
+            self._schedules_changed(tx, name)
             if new is REMOVE:
                 tx.write(d.sql("DELETE FROM {schedules} WHERE id = ?"), (name,))
                 return None
@@ -644,6 +645,8 @@ class SqlStore(Store):
                 values = (int(new.paused), d.time(new.next_at), codec.encode_schedule(new), name)
                 tx.write(d.sql(sql), values)
                 made += jobs
+            if fired:
+                self._schedules_changed(tx, fired[0])
         return made, fired
 
     def _next_fire(self) -> datetime | None:
@@ -667,13 +670,14 @@ class SqlStore(Store):
         )
         return decode_listing(self._query("find expired jobs", d.sql(sql), params))
 
-    def _unclaimed(self, due_before: datetime) -> builtins.list[JobState]:
-        sql = (
-            f"SELECT id, doc FROM {{jobs}} WHERE {CLAIMABLE} AND (kind = 'command' OR queue = ?)"
-            " AND (run_after IS NULL OR run_after <= ?)"
-        )
-        params = (DEDICATED, self.dialect.time(due_before))
-        return decode_listing(self._query("find unclaimed jobs", self.dialect.sql(sql), params))
+    def _unclaimed(self) -> builtins.list[JobState]:
+        sql = f"SELECT id, doc FROM {{jobs}} WHERE {CLAIMABLE} AND (kind = 'command' OR queue = ?)"
+        rows = self._query("find unclaimed jobs", self.dialect.sql(sql), (DEDICATED,))
+        return decode_listing(rows)
+
+    def _schedules_changed(self, tx: Tx, name: str) -> None:
+        """Tell the maintainer's change watch (PostgreSQL notifies; the local stores' watch
+        sees the file change)."""
 
 
 def _as_time(value: Any) -> datetime | None:

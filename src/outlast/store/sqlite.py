@@ -239,6 +239,11 @@ class SQLiteStore(_local.LocalStore, SqlStore):
         self._local = threading.local()
         self.parts.close()
 
+    def change_watch(self) -> _local.StatWatch:
+        """Every commit writes the database's WAL file (and a checkpoint the database file):
+        their sizes and times say when to look again, without a query."""
+        return _local.StatWatch([self.path, Path(f"{self.path}-wal")])
+
     # ------------------------------------------------------------------ the state cache
     def _decode(self, job_id: str, raw: Any) -> JobState:
         """Parse a stored document, or reuse the state this process last wrote or read for the
