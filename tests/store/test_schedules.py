@@ -4,6 +4,7 @@ past their time in short steps."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -138,7 +139,7 @@ def test_several_processes_firing_at_once_make_each_fire_time_once(
     assert len(stored) >= 6, "about four fire times each"
     for name in ("a", "b"):  # no gap: one job per second, in order
         times = sorted(t for s, t in keys if s == name)
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
         assert all(g == timedelta(seconds=1) for g in gaps), gaps
     # a process may report a job another made too (its insert did nothing): never a new one
     assert set(made) == {s.id for s in stored}
