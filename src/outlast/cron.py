@@ -224,6 +224,7 @@ def make_job(schedule: Schedule, fired: Fired, now: datetime) -> JobState:
         timeout=t.timeout,
         grace=t.grace,
         keep=t.keep,
+        priority=t.priority,
         pipeline=pipeline,
         fired=fired,
         now=now,
@@ -315,6 +316,7 @@ def template(
     keep: float | None = None,
     cwd: str | None = None,
     cleanup: Sequence[str] = (),
+    priority: int = 0,
 ) -> JobTemplate:
     """A checked job template (the checks of ``Store.create``)."""
     checked = machine.new_job(
@@ -329,6 +331,7 @@ def template(
         timeout=timeout,
         grace=grace,
         keep=keep,
+        priority=priority,
         now=datetime.now(UTC),
     )
     if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/")):
@@ -345,6 +348,7 @@ def template(
         timeout=checked.timeout,
         grace=checked.grace,
         keep=checked.keep,
+        priority=checked.priority,
         cwd=cwd,
         cleanup=tuple(cleanup),
     )

@@ -141,6 +141,20 @@ def seconds(value: object, what: str, positive: bool) -> float | None:
     return float(value)
 
 
+#: The range of ``priority`` (higher first).
+PRIORITY_RANGE = (-1_000_000, 1_000_000)
+
+
+def check_priority(value: object) -> int:
+    """``value`` if it is a whole number in :data:`PRIORITY_RANGE`, else InvalidInput."""
+    low, high = PRIORITY_RANGE
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidInput(
+            f"priority must be a whole number from {low:,} to {high:,}, not {value!r}"
+        )
+    return value
+
+
 def new_job(
     *,
     kind: Kind | str = Kind.COMMAND,
@@ -158,6 +172,7 @@ def new_job(
     keep: float | None = None,
     fired: Fired | None = None,
     job_id: str | None = None,
+    priority: int = 0,
     now: datetime,
 ) -> JobState:
     """A new pending job, every field checked: :class:`InvalidInput` says what is wrong."""
@@ -197,6 +212,7 @@ def new_job(
             "call": call,
             "labels": check_labels(labels),
             "queue": queue,
+            "priority": check_priority(priority),
             "payload": check_json(dict(payload or {}), "payload"),
             "max_attempts": max_attempts,
             "timeout": seconds(timeout, "timeout", positive=True),

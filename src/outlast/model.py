@@ -353,6 +353,8 @@ class JobState:
     labels: dict[str, str] = field(default_factory=lambda: EMPTY_DICT)
     #: The queue a pool claims the job from.
     queue: str = "default"
+    #: Higher first: claims take due jobs by (priority descending, due time, id).
+    priority: int = 0
     #: Where the job is in the status machine.
     status: Status = Status.PENDING
     #: Coarse phase (the last reported step's status), or None.
@@ -439,6 +441,7 @@ class JobState:
             "call": self.call.to_dict() if self.call else None,
             "labels": dict(self.labels),
             "queue": self.queue,
+            "priority": self.priority,
             "status": str(self.status),
             "phase": self.phase,
             "step": self.step,
@@ -557,6 +560,9 @@ def _check_shapes(values: dict[str, Any]) -> None:
         value = values.get(name, 0)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise CorruptJob(f"{name} must be a non-negative integer")
+    priority = values.get("priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise CorruptJob("priority must be an integer")
     _check_scalars(values)
 
 
@@ -620,6 +626,7 @@ class JobTemplate:
     timeout: float | None = None
     grace: float | None = None
     keep: float | None = None
+    priority: int = 0
     #: The folder a command runs in (None: the firing process's).
     cwd: str | None = None
     #: A pipeline's ``ALL_DONE`` stages.
@@ -645,6 +652,7 @@ class JobTemplate:
             "timeout": self.timeout,
             "grace": self.grace,
             "keep": self.keep,
+            "priority": self.priority,
             "cwd": self.cwd,
             "cleanup": list(self.cleanup),
         }

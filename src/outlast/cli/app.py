@@ -132,6 +132,11 @@ def time_options(fn: F) -> F:
                 metavar="DURATION",
                 help="Remove the finished job after this long (default: $OUTLAST_KEEP).",
             ),
+            click.option(
+                "--priority",
+                type=click.IntRange(-1_000_000, 1_000_000),
+                help="Higher runs first (default 0; a registered job's own).",
+            ),
         ]
     ):
         fn = option(fn)
@@ -214,6 +219,7 @@ def run(
     at: str | None,
     timeout: str | None,
     keep: str | None,
+    priority: int | None,
     as_json: bool,
     store_url: str | None,
     command: tuple[str, ...],
@@ -244,6 +250,7 @@ def run(
             at=run_after,
             timeout=seconds,
             keep=kept,
+            priority=priority or 0,
         )
         if as_json:
             _print_job(task.state(), True)
@@ -549,6 +556,7 @@ def _create_job(
     at: str | None = None,
     timeout: str | None = None,
     keep: str | None = None,
+    priority: int | None = None,
 ) -> None:
     args = parse_json(args_json, "--args") if args_json is not None else []
     kwargs = parse_json(kwargs_json, "--kwargs") if kwargs_json is not None else {}
@@ -582,6 +590,7 @@ def _create_job(
         "run_after": due_time(delay, at),
         "timeout": seconds,
         "keep": parse_duration(keep, "--keep"),
+        "priority": priority,
     }
     with _open(store_url, create=True) as store:
         if detach:
@@ -741,6 +750,7 @@ def _schedule_doc(store: Store, found: Any) -> dict[str, Any]:
 @click.option("--attempts", type=click.IntRange(min=1), help="Attempts of each job.")
 @click.option("--timeout", metavar="DURATION", help="Stop each attempt after this long.")
 @click.option("--keep", metavar="DURATION", help="Remove each finished job after this long.")
+@click.option("--priority", type=click.IntRange(-1_000_000, 1_000_000), help="Each job's priority.")
 @click.option("--replace", is_flag=True, help="Update a schedule of this name.")
 @json_option
 @store_option
@@ -762,6 +772,7 @@ def schedule_add(
     attempts: int | None,
     timeout: str | None,
     keep: str | None,
+    priority: int | None,
     replace: bool,
     as_json: bool,
     store_url: str | None,
@@ -793,7 +804,7 @@ def schedule_add(
             raise click.UsageError("--args, --kwargs, --payload, --queue, --import go with --job")
         with _open(store_url, create=True) as store:
             made = schedules.add_command(
-                store, name, list(command), attempts=attempts or 1, **common
+                store, name, list(command), attempts=attempts or 1, priority=priority or 0, **common
             )
             doc = _schedule_doc(store, made)
     else:
@@ -821,6 +832,7 @@ def schedule_add(
                 payload=payload,
                 queue=queue,
                 attempts=attempts,
+                priority=priority,
                 **common,
             )
             doc = _schedule_doc(store, made)

@@ -108,6 +108,8 @@ def job_text(doc: dict[str, Any]) -> str:
         rows.append(("labels", " ".join(f"{k}={v}" for k, v in sorted(doc["labels"].items()))))
     if doc.get("queue", "default") != "default":
         rows.append(("queue", doc["queue"]))
+    if doc.get("priority"):
+        rows.append(("priority", str(doc["priority"])))
     if doc.get("question") is not None and doc["status"] == "paused":
         rows.append(("question", json.dumps(doc["question"], ensure_ascii=False)))
     if doc.get("answer") is not None:
@@ -131,6 +133,8 @@ def jobs_table(docs: list[dict[str, Any]]) -> str:
         status = d["status"]
         if status == "pending" and d.get("run_after"):
             status = f"pending ({_until(d['run_after'], now)})"
+        if d.get("priority"):
+            status += f" p{d['priority']:+d}"
         rows.append(
             (
                 d["id"],

@@ -179,6 +179,7 @@ def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
             run_after=run_after,
             timeout=timeout,
             keep=None if body.keep is None else when.parse_duration(body.keep, "keep"),
+            priority=body.priority,
         )
         return _doc(store.get(task.id), 201, {"Location": f"/jobs/{task.id}"})
 

@@ -38,6 +38,12 @@ class CreateJob(Strict):
     keep: float | str | None = Field(
         default=None, description="remove the finished job after this long"
     )
+    priority: int | None = Field(
+        default=None,
+        ge=-1_000_000,
+        le=1_000_000,
+        description="higher runs first (default: the registered job's own, else 0)",
+    )
 
 
 class FiredDoc(BaseModel):
@@ -92,6 +98,7 @@ class JobDocument(BaseModel):
     call: CallDoc | None
     labels: dict[str, str]
     queue: str
+    priority: int
     status: JobStatus
     phase: str | None
     step: str | None
@@ -151,6 +158,7 @@ class JobTemplateDoc(BaseModel):
     timeout: float | None
     grace: float | None
     keep: float | None
+    priority: int
     cwd: str | None
     cleanup: list[str]
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from outlast import config, when
+from outlast import config, machine, when
 from outlast.errors import InvalidInput, OutlastError, StoreError
 from outlast.ids import DEDICATED
 from outlast.model import Call, ErrorInfo, Kind, PipelineState, Schedule
@@ -76,15 +76,16 @@ class Job(JobSpec):
         queue: str | None = None,
         labels: Mapping[str, str] | None = None,
         attempts: int | None = None,
+        priority: int | None = None,
     ) -> Options:
         """This job with options for one call: ``job.options(delay="10m").submit(x)``.
 
         ``delay`` (seconds or ``"15m"``) or ``at`` (an aware time or ISO 8601 text): not to
         run before then (a time already past runs now). ``timeout``: the attempt is stopped
         then (code ``timeout``). ``keep``: how long the finished job is kept. ``queue``,
-        ``labels``, ``attempts`` as in ``@outlast.job``. Checked here, before anything is
-        stored."""
-        return Options(self, delay, at, timeout, keep, queue, labels, attempts)
+        ``labels``, ``attempts``, ``priority`` as in ``@outlast.job``. Checked here, before
+        anything is stored."""
+        return Options(self, delay, at, timeout, keep, queue, labels, attempts, priority)
 
 
 class Options:
@@ -100,8 +101,10 @@ class Options:
         queue: str | None,
         labels: Mapping[str, str] | None,
         attempts: int | None,
+        priority: int | None = None,
     ) -> None:
         self.spec = spec
+        self.priority = None if priority is None else machine.check_priority(priority)
         self.run_after, self.past = when.due_time(delay, at)
         self.timeout = None if timeout is None else when.parse_duration(timeout, "timeout")
         self.keep = None if keep is None else when.parse_duration(keep, "keep")
@@ -115,6 +118,7 @@ class Options:
             "timeout": self.timeout,
             "keep": self.keep,
             "attempts": self.attempts,
+            "priority": self.priority,
         }
 
     def submit(self, *args: Any, **kwargs: Any) -> Task:
@@ -148,13 +152,14 @@ def job(
     tz: str | None = None,
     misfire: str = "once",
     overlap: bool = True,
+    priority: int = 0,
 ) -> Callable[[Callable[..., Any]], Job]:
     """Register a function as a job: ``@outlast.job(name="resize", attempts=3)``.
 
     The name defaults to ``module.function``. The function takes JSON arguments and returns
     a JSON result; inside it, :func:`outlast.current` gives the reporter, the answer after a
     resume and cooperative cancel checks. ``timeout`` (seconds or ``"10m"``): each attempt
-    is stopped then, with code ``timeout``.
+    is stopped then, with code ``timeout``. ``priority``: higher goes first (default 0).
 
     ``cron="0 3 * * *"`` (with ``tz="Europe/Berlin"``) or ``every="10m"`` also declares a
     schedule of the same name that calls the function with no arguments; a pool (or
@@ -166,6 +171,7 @@ def job(
         return job()(fn)  # type: ignore[return-value,unused-ignore]
     seconds = None if timeout is None else when.parse_duration(timeout, "timeout")
     registry.check_options(attempts, seconds, queue)
+    machine.check_priority(priority)
     declared = None
     if cron is not None or every is not None:
         from outlast import cron as rules
@@ -185,7 +191,7 @@ def job(
         if not callable(fn) or isinstance(fn, type):
             raise InvalidInput("@outlast.job decorates a function")
         spec_name = name or f"{fn.__module__}.{fn.__qualname__}"
-        spec = Job(spec_name, fn, attempts, seconds, queue, schedule=declared)
+        spec = Job(spec_name, fn, attempts, seconds, queue, schedule=declared, priority=priority)
         registry.register(spec)
         return spec
 
@@ -210,6 +216,7 @@ def schedule(
     misfire: str = "once",
     overlap: bool = True,
     replace: bool = True,
+    priority: int | None = None,
     store: Store | None = None,
 ) -> Schedule:
     """Store a schedule that makes a job at each fire time: ``cron`` (five fields, matched
@@ -240,7 +247,9 @@ def schedule(
             raise InvalidInput("a command's schedule needs a name=")
         if args or kwargs or payload is not None or queue is not None:
             raise InvalidInput("a command's schedule takes no args, kwargs, payload or queue")
-        return schedules.add_command(store, name, list(job), attempts=attempts or 1, **common)
+        return schedules.add_command(
+            store, name, list(job), attempts=attempts or 1, priority=priority or 0, **common
+        )
     spec = _spec(job)
     return schedules.add_job(
         store,
@@ -251,6 +260,7 @@ def schedule(
         payload=payload,
         queue=queue,
         attempts=attempts,
+        priority=priority,
         **common,
     )
 
@@ -279,6 +289,7 @@ def create_job(
     timeout: float | None = None,
     keep: float | None = None,
     attempts: int | None = None,
+    priority: int | None = None,
 ) -> Task:
     """Record a pending function (or pipeline) job with its JSON arguments.
 
@@ -313,6 +324,7 @@ def create_job(
         pipeline=pipeline,
         run_after=run_after,
         keep=keep,
+        priority=spec.priority if priority is None else priority,
     )
 
 
@@ -357,6 +369,7 @@ def spawn_job(
     timeout: float | None = None,
     keep: float | None = None,
     attempts: int | None = None,
+    priority: int | None = None,
 ) -> Task:
     """Create a job of ``job`` in the reserved ``@dedicated`` queue (pools never claim it)
     and start its dedicated detached worker (which waits for ``run_after``, if given)."""
@@ -378,6 +391,7 @@ def spawn_job(
         timeout=timeout,
         keep=keep,
         attempts=attempts,
+        priority=priority,
     )
     _start(task, lambda: spawner.spawn_dedicated(store, task.id))
     return task
@@ -397,6 +411,7 @@ def run_command(
     at: object = None,
     timeout: object = None,
     keep: object = None,
+    priority: int = 0,
 ) -> Task:
     """Run ``argv`` as a detached command job and return its task at once.
 
@@ -438,6 +453,7 @@ def run_command(
             run_after=run_after,
             timeout=seconds,
             keep=kept,
+            priority=priority,
         )
     except BaseException:
         with contextlib.suppress(OSError):

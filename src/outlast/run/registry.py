@@ -41,6 +41,8 @@ class JobSpec:
     origin: str | None = None
     #: A pipeline's ``ALL_DONE`` stages, which run even when its worker dies.
     cleanup: tuple[str, ...] = ()
+    #: Its jobs' priority (higher first), unless a call says otherwise.
+    priority: int = 0
     #: Declared schedule options (``cron_expr``, ``every``, ``tz``, …) from
     #: ``@outlast.job(cron=…)``, stored by the pools that import the module; else None.
     schedule: dict[str, Any] | None = None

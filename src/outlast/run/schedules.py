@@ -113,6 +113,7 @@ def add_command(
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
     replace: bool = False,
+    priority: int = 0,
 ) -> Schedule:
     """A schedule that runs ``argv`` as a command job at each fire time, in ``cwd`` (default:
     here) with ``env`` (default: this process's environment)."""
@@ -129,6 +130,7 @@ def add_command(
         grace=grace,
         keep=_seconds(keep, "keep"),
         cwd=folder,
+        priority=priority,
     )
     schedule = _new(name, template, cron_expr, every, tz, misfire, overlap)
     saved = store.add_schedule(schedule, replace=replace)
@@ -176,6 +178,7 @@ def add_job(
     timeout: object = None,
     keep: object = None,
     replace: bool = False,
+    priority: int | None = None,
 ) -> Schedule:
     """A schedule that queues the registered ``job`` at each fire time (for the pools)."""
     from outlast import config
@@ -193,6 +196,7 @@ def add_job(
         timeout=_seconds(timeout, "timeout") if timeout is not None else job.timeout,
         keep=_seconds(keep, "keep"),
         cleanup=job.cleanup,
+        priority=job.priority if priority is None else priority,
     )
     schedule = _new(name or job.name, template, cron_expr, every, tz, misfire, overlap)
     return store.add_schedule(schedule, replace=replace)

@@ -163,6 +163,7 @@ class Store(abc.ABC):
         grace: float | None = None,
         pipeline: PipelineState | None = None,
         keep: float | None = None,
+        priority: int = 0,
     ) -> Task:
         """Record a new pending job and return its handle; waiters on its queue are woken.
         ``run_after``: not to be claimed before then (a delay); ``keep``: seconds the job is
@@ -181,6 +182,7 @@ class Store(abc.ABC):
             grace=grace,
             pipeline=pipeline,
             keep=keep,
+            priority=priority,
             now=utcnow(),
         )
         self._insert(state)
@@ -315,9 +317,9 @@ class Store(abc.ABC):
         kinds: builtins.list[Kind] | None = None,
         journal: Journal | None = None,
     ) -> builtins.list[Task]:
-        """Atomically take up to ``limit`` due pending jobs of ``queues`` and ``kinds``, oldest
-        first, as this process (``worker`` may only name it); ``journal`` (a pool's) records
-        each claimed attempt before the claim is written.
+        """Atomically take up to ``limit`` due pending jobs of ``queues`` and ``kinds``, higher
+        ``priority`` first, then the earliest due, as this process (``worker`` may only name
+        it); ``journal`` (a pool's) records each claimed attempt before the claim is written.
 
         Two claimers never get the same job. The jobs stay alive while this process lives: on
         the local stores its liveness lock covers them, on PostgreSQL each task holds an

@@ -92,6 +92,7 @@ class _Entry:
     labels: dict[str, str]
     finished_at: datetime | None = None
     keep: float | None = None
+    priority: int = 0
 
 
 def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest: int) -> _Entry:
@@ -101,10 +102,20 @@ def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest
         raise ValueError("not indexable")
     fields = (Status(d["status"]), d["worker"], run_after, d["queue"], Kind(d["kind"]))
     finished_at, keep = parse_time(d.get("finished_at"), ""), d.get("keep")
-    if keep is not None and not isinstance(keep, int | float):
+    priority = d.get("priority", 0)
+    if (keep is not None and not isinstance(keep, int | float)) or not isinstance(priority, int):
         raise ValueError("not indexable")
     return _Entry(
-        key, trusted, digest, job_id, created_at, *fields, dict(d["labels"]), finished_at, keep
+        key,
+        trusted,
+        digest,
+        job_id,
+        created_at,
+        *fields,
+        dict(d["labels"]),
+        finished_at,
+        keep,
+        priority,
     )
 
 
@@ -507,7 +518,7 @@ class FilesStore(_local.LocalStore):
             for e in entries
             if _claimable(e, queues, kinds) and (e.run_after is None or e.run_after <= now)
         ]
-        due.sort(key=lambda e: (e.created_at, e.id))
+        due.sort(key=lambda e: (-e.priority, e.run_after or e.created_at, e.id))
         claimed: list[tuple[JobState, Any]] = []
         for entry in due:
             if len(claimed) >= limit:

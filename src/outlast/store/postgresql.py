@@ -66,7 +66,17 @@ from outlast.store._pglocks import HELD_SQL, AdvisoryLocks, PgMaintenance, lock_
 from outlast.store.base import Capabilities, ChangeWatch, MaintenanceLock
 from outlast.store.common import decode_listing, log, make_private_dir
 from outlast.store.journal import Fate, Journal, Key, line_fate, record_line
-from outlast.store.sql import LIVE, Dialect, Row, SqlStore, Write, tables, time_tables
+from outlast.store.sql import (
+    CLAIM_ORDER,
+    LIVE,
+    Dialect,
+    Row,
+    SqlStore,
+    Write,
+    priority_columns,
+    tables,
+    time_tables,
+)
 
 SHARDS = 16
 
@@ -118,6 +128,8 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
         [f'CREATE TABLE IF NOT EXISTS "{schema}".journal (id text PRIMARY KEY, line text)'],
         # schedules, and retention (outlast.cron; Store.prune)
         list(time_tables(d, "(convert_from(doc, 'UTF8')::jsonb->>'finished_at')::timestamptz")),
+        # priorities: the claim's order and its index (outlast.store.sql.CLAIM_ORDER)
+        [*priority_columns(d), f'DROP INDEX IF EXISTS "{schema}".jobs_claimable'],
     ]
 
 
@@ -254,13 +266,14 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         now: datetime,
         journal: Journal,
     ) -> list[tuple[JobState, Any]]:
-        """Due jobs oldest first, skipping rows others have locked; each one's advisory lock
+        """Due jobs in the claim's order (priority, due time, id), skipping rows others
+        have locked; each one's advisory lock
         is taken before it is started (a job whose lock is held is left as it is)."""
         where, params = self._claimable(queues, kinds)
         query = self.dialect.sql(
             f"SELECT id, doc, seq FROM {{jobs}} WHERE {where}"
             " AND (run_after IS NULL OR run_after <= ?) AND id <> ALL(?::text[])"
-            " ORDER BY created_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+            f" ORDER BY {CLAIM_ORDER} LIMIT ? FOR UPDATE SKIP LOCKED"
         )
         seen: list[str] = []
         taken: dict[str, Any] = {}

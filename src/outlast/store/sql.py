@@ -149,6 +149,18 @@ def tables(d: Dialect) -> list[str]:
     ]
 
 
+def priority_columns(d: Dialect) -> list[str]:
+    """What priorities added: ``jobs.priority`` and the ``jobs_due`` index that claims
+    read in :data:`CLAIM_ORDER`."""
+    return [
+        d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN priority {d.integer} NOT NULL DEFAULT 0"),
+        d.sql(
+            f"CREATE INDEX IF NOT EXISTS jobs_due ON {{jobs}} (queue, {CLAIM_ORDER})"
+            f" WHERE {CLAIMABLE}"
+        ),
+    ]
+
+
 def time_tables(d: Dialect, finished_at: str) -> list[str]:
     """What schedules and retention added (schema version 3 on SQLite, 4 on PostgreSQL):
     ``jobs.finished_at`` and ``jobs.expires_at`` (a job's own ``keep`` after it finished),
@@ -186,8 +198,11 @@ _SLIM = (
 )
 _FULL = (
     "UPDATE {jobs} SET status = ?, kind = ?, queue = ?, worker = ?, run_after = ?,"
-    " created_at = ?, finished_at = ?, expires_at = ?, doc = ?, seq = ? WHERE id = ?"
+    " created_at = ?, finished_at = ?, expires_at = ?, priority = ?, doc = ?, seq = ?"
+    " WHERE id = ?"
 )
+#: The order claims take due jobs in (and the ``jobs_due`` index of both engines).
+CLAIM_ORDER = "priority DESC, COALESCE(run_after, created_at), id"
 #: Jobs a worker may hold: running, or pending and bound to the worker that will retry them
 #: (a running job always names its worker). Both engines index exactly these (``jobs_live``).
 LIVE = "worker IS NOT NULL AND status IN ('running', 'pending')"
@@ -209,12 +224,13 @@ def _insert_sql(d: Dialect, extra: tuple[str, ...], fired: bool = False) -> str:
             "created_at",
             "finished_at",
             "expires_at",
+            "priority",
             "doc",
             "id",
             *extra,
         ]
     )
-    marks = ", ".join("?" * (10 + len(extra)))
+    marks = ", ".join("?" * (11 + len(extra)))
     sql = f"INSERT INTO {{jobs}} ({names}) VALUES ({marks})"
     return d.sql(sql + (" ON CONFLICT (id) DO NOTHING" if fired else ""))
 
@@ -269,7 +285,7 @@ class SqlStore(Store):
     # ------------------------------------------------------------------ rows
     def _columns(self, state: JobState) -> tuple[Any, ...]:
         """The queried columns of a job's row: status, kind, queue, worker, run_after,
-        created_at, finished_at, expires_at."""
+        created_at, finished_at, expires_at, priority."""
         d = self.dialect
         return (
             str(state.status),
@@ -280,6 +296,7 @@ class SqlStore(Store):
             d.time(state.created_at),
             d.time(state.finished_at),
             d.time(expires_at(state)),
+            state.priority,
         )
 
     def _insert(self, state: JobState) -> None:
@@ -486,11 +503,12 @@ class SqlStore(Store):
     def _due_query(
         self, queues: builtins.list[str] | None, kinds: builtins.list[Kind] | None, now: datetime
     ) -> tuple[str, list[Any]]:
-        """``SELECT id, doc, seq`` of the due claimable jobs, oldest first; ``LIMIT ?`` last."""
+        """``SELECT id, doc, seq`` of the due claimable jobs in :data:`CLAIM_ORDER` (higher
+        priority first, then the earliest due); ``LIMIT ?`` last."""
         where, params = self._claimable(queues, kinds)
         sql = (
             f"SELECT id, doc, seq FROM {{jobs}} WHERE {where}"
-            " AND (run_after IS NULL OR run_after <= ?) ORDER BY created_at, id LIMIT ?"
+            f" AND (run_after IS NULL OR run_after <= ?) ORDER BY {CLAIM_ORDER} LIMIT ?"
         )
         return self.dialect.sql(sql), [*params, self.dialect.time(now)]
 

@@ -14,7 +14,8 @@ What is SQLite's own here (the statements and the verbs are :mod:`outlast.store.
 - Worker locks are flock files in ``<db>.d/locks``; waiters are woken by pulse files in
   ``<db>.d/pulse`` (see :mod:`outlast.store.notify`), written after the commit.
 
-Indexes: ``jobs_claim (status, queue, created_at, id)`` for claims, ``jobs_created`` and
+Indexes: ``jobs_due (queue, priority DESC, COALESCE(run_after, created_at), id)`` of the
+claimable jobs for claims, ``jobs_created`` and
 ``jobs_status_created`` for listings, ``jobs_live`` (the jobs a worker holds) for the
 maintainer, ``labels_kv`` for label filters, ``jobs_finished`` and ``jobs_expires`` for
 retention, ``schedules_next`` for the schedules due. ``PRAGMA user_version`` is the schema version.
@@ -39,7 +40,16 @@ from outlast.model import JobState, Kind
 from outlast.store import _local
 from outlast.store.common import disk_full, make_private_dir, translated
 from outlast.store.journal import Journal
-from outlast.store.sql import LIVE, Dialect, Row, SqlStore, Write, tables, time_tables
+from outlast.store.sql import (
+    LIVE,
+    Dialect,
+    Row,
+    SqlStore,
+    Write,
+    priority_columns,
+    tables,
+    time_tables,
+)
 
 DOC_CACHE = 4096  # parsed documents kept per store object, reused only if byte-identical
 BUSY_TIMEOUT = 60.0  # seconds a writer waits for SQLite's write lock before giving up
@@ -69,6 +79,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     (f"CREATE INDEX IF NOT EXISTS jobs_live ON jobs (worker) WHERE {LIVE}",),
     tuple(time_tables(DIALECT, "json_extract(CAST(doc AS TEXT), '$.finished_at')")),
+    (*priority_columns(DIALECT), "DROP INDEX IF EXISTS jobs_claim"),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -215,7 +215,7 @@ function row(job, previous) {
     h(
       "td",
       {},
-      h("div", { class: "job-name" }, job.name),
+      h("div", { class: "job-name" }, job.name, job.priority ? h("span", { class: "prio", title: "priority" }, ` p${job.priority > 0 ? "+" : ""}${job.priority}`) : null),
       h("div", { class: "sub" }, job.kind === "command" && job.command ? job.command.join(" ") : job.kind),
       labels.length ? h("div", { class: "labels" }, labels) : null,
     ),
@@ -348,6 +348,7 @@ function renderJob(job) {
 
   const meta = [
     ["status", job.status],
+    ["priority", String(job.priority || 0)],
     ["attempts", `${job.attempts} of ${job.max_attempts}`],
     ["step", job.step ? `${job.step} (${job.phase})` : "—"],
     ["created", when(job.created_at)],
