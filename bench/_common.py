@@ -39,8 +39,13 @@ def temp_store(kind: str, pg_url: str | None = None) -> Store:
     return open_store(f"sqlite://{root}/s.db" if kind == "sqlite" else f"files://{root}/jobs")
 
 
-def populate(store: Store, n: int, status: str = "succeeded") -> None:
-    """Put ``n`` jobs in the store quickly (bulk, bypassing per-job fsyncs): a fixture only."""
+def populate(
+    store: Store, n: int, status: str = "succeeded", priorities: list[int] | None = None
+) -> None:
+    """Put ``n`` jobs in the store quickly (bulk, bypassing per-job fsyncs): a fixture only.
+    ``priorities``: each job's, chosen at random from the list."""
+    import random
+
     now = utcnow()
     states = [
         JobState(
@@ -48,6 +53,7 @@ def populate(store: Store, n: int, status: str = "succeeded") -> None:
             kind=Kind.FUNCTION,
             name="bench.filler",
             status=status,  # type: ignore[arg-type]
+            priority=random.choice(priorities) if priorities else 0,
             created_at=now,
             updated_at=now,
         )
@@ -59,8 +65,9 @@ def populate(store: Store, n: int, status: str = "succeeded") -> None:
 
         with store._tx("populate") as tx:  # type: ignore[attr-defined]
             tx.write_many(
-                "INSERT INTO jobs (status, kind, queue, worker, run_after, created_at, doc, id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO jobs (status, kind, queue, worker, run_after, created_at,"
+                " finished_at, expires_at, priority, doc, id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(*store._columns(s), codec.encode(s), s.id) for s in states],  # type: ignore[attr-defined]
             )
         return

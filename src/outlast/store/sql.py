@@ -119,7 +119,10 @@ class Dialect:
         return value
 
     def one_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-        """``column`` is one of ``values``: the SQL and its parameters."""
+        """``column`` is one of ``values``: the SQL and its parameters (one value: an
+        equality, which an index can also read in order)."""
+        if len(values) == 1:
+            return f"{column} = ?", [values[0]]
         if self.name == "sqlite":
             return f"{column} IN ({','.join('?' * len(values))})", list(values)
         return f"{column} = ANY(?::text[])", [list(values)]
