@@ -8,6 +8,7 @@
     ├── JobNotFound (LookupError)   no job with that id in the store
     │   └── ScheduleNotFound        no schedule with that name
     ├── ScheduleExists              a schedule of that name exists (add it with replace)
+    ├── DuplicateJob                a live job holds the unique key (``on_conflict="raise"``)
     ├── JobActive                   delete of a job that is not terminal, without force
     ├── WorkerLockHeld              another live process already works on this job
     ├── InvalidTransition           a move the status machine does not allow
@@ -59,6 +60,15 @@ class ScheduleNotFound(JobNotFound):
 
 class ScheduleExists(OutlastError):
     """A schedule of that name exists already."""
+
+
+class DuplicateJob(OutlastError):
+    """A live job holds that unique key."""
+
+    def __init__(self, message: str, existing: str | None = None) -> None:
+        super().__init__(message)
+        #: The id of the live job that holds the key.
+        self.existing = existing
 
 
 class JobActive(OutlastError):

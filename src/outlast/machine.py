@@ -173,6 +173,8 @@ def new_job(
     fired: Fired | None = None,
     job_id: str | None = None,
     priority: int = 0,
+    retry_of: str | None = None,
+    unique_key: str | None = None,
     now: datetime,
 ) -> JobState:
     """A new pending job, every field checked: :class:`InvalidInput` says what is wrong."""
@@ -203,6 +205,12 @@ def new_job(
         raise InvalidInput("pipeline must be an outlast.model.PipelineState")
     if run_after is not None and (not isinstance(run_after, datetime) or not run_after.tzinfo):
         raise InvalidInput("run_after must be a time with a time zone")
+    if unique_key is not None and (
+        not isinstance(unique_key, str) or not unique_key.strip() or len(unique_key) > 500
+    ):
+        raise InvalidInput(
+            f"a unique key is a non-empty string of 500 characters at most, not {unique_key!r}"
+        )
     return JobState.build(
         {
             "id": job_id or new_id(),
@@ -221,6 +229,8 @@ def new_job(
             "run_after": run_after,
             "pipeline": pipeline,
             "fired": fired,
+            "retry_of": retry_of,
+            "unique_key": unique_key,
             "created_at": now,
             "updated_at": now,
         }
@@ -545,3 +555,35 @@ def abandon(state: JobState, now: datetime) -> Change | None:
         return finalizing
     new = state.evolve(status=Status.FAILED, error=error, updated_at=now, finished_at=now)
     return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),))
+
+
+def retry_copy(state: JobState, now: datetime) -> JobState:
+    """A new pending job with the definition of the finished ``state`` (what to run, its
+    labels, queue, options; fresh attempts, no outcome), linked to it by ``retry_of``; the
+    finished job stays as it was. A pipeline starts again from its first stage."""
+    if not state.terminal:
+        raise InvalidTransition(
+            f"job {state.id} is {state.status}: only a finished job can be retried "
+            "(a live one retries itself while attempts are left)"
+        )
+    pipeline = None
+    if state.pipeline is not None:
+        pipeline = PipelineState(cleanup=state.pipeline.cleanup)
+    return new_job(
+        kind=state.kind,
+        name=state.name,
+        command=state.command,
+        call=state.call,
+        labels=state.labels,
+        queue=state.queue,
+        payload=state.payload,
+        max_attempts=state.max_attempts,  # as it ended (attempts given back raised it)
+        timeout=state.timeout,
+        grace=state.grace,
+        keep=state.keep,
+        priority=state.priority,
+        pipeline=pipeline,
+        retry_of=state.id,
+        unique_key=state.unique_key,
+        now=now,
+    )

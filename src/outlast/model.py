@@ -393,6 +393,11 @@ class JobState:
     keep: float | None = None
     #: The schedule and fire time that made the job, else None.
     fired: Fired | None = None
+    #: The finished job this one retries (``outlast retry``), else None.
+    retry_of: str | None = None
+    #: While this job is live (pending, running or paused), no other job with this key can
+    #: be created: submitting again returns this one (or raises ``DuplicateJob``).
+    unique_key: str | None = None
     #: The OS process doing the work (a command job's process-group leader), or None.
     pid: int | None = None
     #: The kernel's start time of ``pid``, so a reused PID is never mistaken for the job's.
@@ -460,6 +465,8 @@ class JobState:
             "pipeline": self.pipeline.to_dict() if self.pipeline else None,
             "keep": self.keep,
             "fired": self.fired.to_dict() if self.fired else None,
+            "retry_of": self.retry_of,
+            "unique_key": self.unique_key,
             "pid": self.pid,
             "pid_started_at": format_time(self.pid_started_at),
             "worker": self.worker,
@@ -581,7 +588,7 @@ def _check_scalars(values: dict[str, Any]) -> None:
         raise CorruptJob("cancel_requested must be true or false")
     if "queue" in values and not isinstance(values["queue"], str):
         raise CorruptJob("queue must be a string")
-    for name in ("phase", "step", "worker"):
+    for name in ("phase", "step", "worker", "retry_of", "unique_key"):
         if values.get(name) is not None and not isinstance(values[name], str):
             raise CorruptJob(f"{name} must be a string or null")
 

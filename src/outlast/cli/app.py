@@ -137,6 +137,19 @@ def time_options(fn: F) -> F:
                 type=click.IntRange(-1_000_000, 1_000_000),
                 help="Higher runs first (default 0; a registered job's own).",
             ),
+            click.option(
+                "--unique",
+                "unique_key",
+                metavar="KEY",
+                help="While a live job holds KEY, print that job instead of making another.",
+            ),
+            click.option(
+                "--on-conflict",
+                type=click.Choice(["return", "raise"]),
+                default="return",
+                show_default=True,
+                help="raise: a live job holding --unique KEY is an error (exit 2).",
+            ),
         ]
     ):
         fn = option(fn)
@@ -220,6 +233,8 @@ def run(
     timeout: str | None,
     keep: str | None,
     priority: int | None,
+    unique_key: str | None,
+    on_conflict: str,
     as_json: bool,
     store_url: str | None,
     command: tuple[str, ...],
@@ -251,6 +266,8 @@ def run(
             timeout=seconds,
             keep=kept,
             priority=priority or 0,
+            unique_key=unique_key,
+            on_conflict=on_conflict,
         )
         if as_json:
             _print_job(task.state(), True)
@@ -267,7 +284,11 @@ def status(job_id: str, as_json: bool, store_url: str | None) -> None:
     from outlast.run.reap import reconcile
 
     with _open(store_url) as store:
-        _print_job(reconcile(store, store.get(job_id)), as_json)
+        state = reconcile(store, store.get(job_id))
+        retries = [] if as_json or not state.terminal else store.retries_of(job_id)
+    _print_job(state, as_json)
+    if retries:
+        click.echo(f"retried as: {' '.join(retries)}")
 
 
 @cli.command(name="ls")
@@ -358,41 +379,166 @@ def logs(job_id: str, follow: bool, store_url: str | None) -> None:
             )
 
 
+def bulk_options(fn: F) -> F:
+    """``--status``, ``--label``, ``--since``, ``--yes``, ``--dry-run``: the filters and the
+    confirmation of a bulk action (retry, cancel, rm)."""
+    for option in reversed(
+        [
+            click.option(
+                "--status",
+                "status_",
+                type=click.Choice([s.value for s in Status]),
+                help="Every job of this status.",
+            ),
+            click.option("--label", metavar="K=V", help="Only jobs with this label."),
+            click.option("--since", metavar="DURATION", help="Only jobs made within this: 1h."),
+            click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
+            click.option("--dry-run", is_flag=True, help="Only list the jobs it would act on."),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _bulk(
+    store: Store,
+    verb: str,
+    ids: tuple[str, ...],
+    status_: str | None,
+    label: str | None,
+    since: str | None,
+    yes: bool,
+    dry_run: bool,
+) -> list[JobState] | None:
+    """The jobs a bulk ``verb`` acts on, once confirmed (None: nothing to do, said so)."""
+    from outlast.run.api import select_jobs
+
+    if label is not None:
+        parse_labels((label,))
+    if since is not None:
+        parse_duration(since, "--since")
+    filtered = status_ is not None or label is not None or since is not None
+    if not ids and not filtered:
+        raise click.UsageError(f"give job ids, or --status/--label/--since: outlast {verb} ID…")
+    states = select_jobs(store, ids=list(ids), status=status_, label=label, since=since)
+    if dry_run:
+        for state in states:
+            click.echo(f"{state.id}  {state.status}  {state.name}")
+        click.echo(f"would {verb} {len(states)} job(s)")
+        return None
+    if not states:
+        click.echo(f"no job to {verb}")
+        return None
+    if filtered and not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(
+                f"{len(states)} job(s) match: pass --yes to {verb} them (--dry-run lists them)"
+            )
+        click.confirm(f"{verb} {len(states)} job(s)?", abort=True, err=True)
+    return states
+
+
 @cli.command()
-@click.argument("job_id")
+@click.argument("job_ids", nargs=-1, metavar="[ID]...")
+@bulk_options
 @json_option
 @store_option
-def cancel(job_id: str, as_json: bool, store_url: str | None) -> None:
-    """Cancel a job: its worker gets SIGTERM, then SIGKILL after the grace period."""
+def cancel(
+    job_ids: tuple[str, ...],
+    status_: str | None,
+    label: str | None,
+    since: str | None,
+    yes: bool,
+    dry_run: bool,
+    as_json: bool,
+    store_url: str | None,
+) -> None:
+    """Cancel jobs: their workers get SIGTERM, then SIGKILL after the grace period. By id,
+    or every job matching --status/--label/--since (asks first, unless --yes)."""
     from outlast.run.reap import cancel as cancel_job
 
     with _open(store_url) as store:
-        before, after = cancel_job(store, job_id)
+        states = _bulk(store, "cancel", job_ids, status_, label, since, yes, dry_run)
+        if states is None:
+            return
+        docs = []
+        for state in states:
+            before, after = cancel_job(store, state.id)
+            docs.append(after.to_dict())
+            if as_json:
+                continue
+            if before.terminal:
+                click.echo(f"{state.id} had already {before.status}; nothing to cancel")
+            elif not after.terminal:
+                click.echo(f"{state.id} cancel requested: its cleanup stages run first")
+            else:
+                click.echo(f"{state.id} canceled")
     if as_json:
-        _print_job(after, True)
-    elif before.terminal:
-        click.echo(f"{job_id} had already {before.status}; nothing to cancel")
-    elif not after.terminal:
-        click.echo(f"{job_id} cancel requested: its cleanup stages run first")
-    else:
-        click.echo(f"{job_id} canceled")
+        click.echo(render.dumps(docs[0] if len(job_ids) == 1 else {"jobs": docs}))
+
+
+@cli.command()
+@click.argument("job_ids", nargs=-1, metavar="[ID]...")
+@bulk_options
+@json_option
+@store_option
+def retry(
+    job_ids: tuple[str, ...],
+    status_: str | None,
+    label: str | None,
+    since: str | None,
+    yes: bool,
+    dry_run: bool,
+    as_json: bool,
+    store_url: str | None,
+) -> None:
+    """Run finished jobs again: a new job each, with the same definition, linked by
+    retry_of (the finished ones stay as they were); prints the new ids. By id, or every job
+    matching --status/--label/--since (asks first, unless --yes). A retried command runs
+    here, in this folder and environment."""
+    from outlast.run.api import retry as retry_jobs
+
+    with _open(store_url) as store:
+        states = _bulk(store, "retry", job_ids, status_, label, since, yes, dry_run)
+        if states is None:
+            return
+        tasks = retry_jobs([s.id for s in states], store=store)
+        made = [t.state() for t in tasks]
+    if as_json:
+        docs = [m.to_dict() for m in made]
+        click.echo(render.dumps(docs[0] if len(job_ids) == 1 else {"jobs": docs}))
+        return
+    for old, new in zip(states, made, strict=True):
+        note = "" if new.retry_of == old.id else f" (a live job holds its key {new.unique_key!r})"
+        click.echo(f"{new.id}{note}" if len(states) == 1 else f"{old.id} -> {new.id}{note}")
 
 
 @cli.command(name="rm")
-@click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
+@click.argument("job_ids", nargs=-1, metavar="[ID]...")
 @click.option("--force", is_flag=True, help="Cancel and remove a job that is still live.")
+@bulk_options
 @store_option
-def rm(job_ids: tuple[str, ...], force: bool, store_url: str | None) -> None:
-    """Remove finished jobs, with their events and logs."""
+def rm(
+    job_ids: tuple[str, ...],
+    force: bool,
+    status_: str | None,
+    label: str | None,
+    since: str | None,
+    yes: bool,
+    dry_run: bool,
+    store_url: str | None,
+) -> None:
+    """Remove finished jobs, with their events and logs: by id, or every job matching
+    --status/--label/--since (asks first, unless --yes)."""
     from outlast.run.reap import cancel as cancel_job
 
     with _open(store_url) as store:
-        for job_id in job_ids:
-            state = store.get(job_id)
+        states = _bulk(store, "remove", job_ids, status_, label, since, yes, dry_run)
+        for state in states or []:
             if force and not state.terminal:
-                cancel_job(store, job_id)
-            store.delete(job_id, force=force)
-            click.echo(f"{job_id} removed")
+                cancel_job(store, state.id)
+            store.delete(state.id, force=force)
+            click.echo(f"{state.id} removed")
 
 
 @cli.command()
@@ -557,6 +703,8 @@ def _create_job(
     timeout: str | None = None,
     keep: str | None = None,
     priority: int | None = None,
+    unique_key: str | None = None,
+    on_conflict: str = "return",
 ) -> None:
     args = parse_json(args_json, "--args") if args_json is not None else []
     kwargs = parse_json(kwargs_json, "--kwargs") if kwargs_json is not None else {}
@@ -591,6 +739,8 @@ def _create_job(
         "timeout": seconds,
         "keep": parse_duration(keep, "--keep"),
         "priority": priority,
+        "unique_key": unique_key,
+        "on_conflict": on_conflict,
     }
     with _open(store_url, create=True) as store:
         if detach:

@@ -126,9 +126,35 @@ def status(argv: list[str]) -> int | None:
             url, job_id, worker
         ):
             return None  # looks abandoned: the full path reconciles it
+        retries: list[str] = []
+        if not as_json and status in ("succeeded", "failed", "canceled"):
+            found = _retries(url, job_id)  # the full path says which jobs retried it too
+            if found is None:
+                return None
+            retries = found
     except Exception:  # anything odd: let the full path say it properly
         return None
     from outlast.cli import render
 
     sys.stdout.write((render.dumps(doc) if as_json else render.job_text(doc)) + "\n")
+    if retries:
+        sys.stdout.write(f"retried as: {' '.join(retries)}\n")
     return 0
+
+
+def _retries(url: str, job_id: str) -> list[str] | None:
+    """The jobs that retry ``job_id`` (SQLite: one indexed query); None where only the full
+    path can tell (the files store would scan every job)."""
+    from outlast.paths import normalize_store_url
+
+    scheme, path = normalize_store_url(url)
+    if scheme != "sqlite":
+        return None
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+    try:
+        sql = "SELECT id FROM jobs WHERE retry_of = ? ORDER BY created_at"
+        return [row[0] for row in conn.execute(sql, (job_id,))]
+    finally:
+        conn.close()

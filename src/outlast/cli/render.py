@@ -110,6 +110,10 @@ def job_text(doc: dict[str, Any]) -> str:
         rows.append(("queue", doc["queue"]))
     if doc.get("priority"):
         rows.append(("priority", str(doc["priority"])))
+    if doc.get("unique_key") is not None:
+        rows.append(("unique key", doc["unique_key"]))
+    if doc.get("retry_of"):
+        rows.append(("retry of", doc["retry_of"]))
     if doc.get("question") is not None and doc["status"] == "paused":
         rows.append(("question", json.dumps(doc["question"], ensure_ascii=False)))
     if doc.get("answer") is not None:

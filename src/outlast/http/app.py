@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Query, Security
 from fastapi import Path as FastPath
@@ -34,12 +34,15 @@ from outlast.http import errors, sse
 from outlast.http.deps import ExistingJob, JobId
 from outlast.http.guard import Guard
 from outlast.http.schemas import (
+    BulkAction,
+    BulkResult,
     CreateJob,
     ErrorBody,
     Health,
     JobDocument,
     JobPage,
     Resume,
+    Retries,
     ScheduleDocument,
     SchedulePage,
 )
@@ -108,6 +111,7 @@ def create_app(
         store.list(limit=1)
         return JSONResponse({"status": "ok"})
 
+    app.include_router(_action_routes(store, denied), dependencies=auth)
     app.include_router(_job_routes(store, denied), dependencies=auth)
     app.include_router(_schedule_routes(store, denied), dependencies=auth)
     app.include_router(
@@ -180,8 +184,11 @@ def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
             timeout=timeout,
             keep=None if body.keep is None else when.parse_duration(body.keep, "keep"),
             priority=body.priority,
+            unique_key=body.unique_key,
+            on_conflict=body.on_conflict,
         )
-        return _doc(store.get(task.id), 201, {"Location": f"/jobs/{task.id}"})
+        status = 200 if task.existing else 201  # 200: the live job that holds the key
+        return _doc(store.get(task.id), status, {"Location": f"/jobs/{task.id}"})
 
     @routes.get(
         "/jobs/{job_id}",
@@ -236,6 +243,59 @@ def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
         except FileNotFoundError:
             raise JobNotFound(f"job {job_id} has no log (yet)") from None
         return PlainTextResponse(text)
+
+    return routes
+
+
+def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
+    """Retry of finished jobs, and bulk retry, cancel and delete."""
+    routes = APIRouter(tags=["jobs"])
+
+    @routes.post(
+        "/jobs/bulk/{action}",
+        response_model=BulkResult,
+        responses=_errors(400, 404, 409, 413, 422, *denied),
+    )
+    def bulk(action: Literal["retry", "cancel", "delete"], body: BulkAction) -> Response:
+        """Retry, cancel or delete many jobs at once: by ``ids``, or every job matching the
+        filter. ``dry_run`` answers the count and ids without acting (what a confirmation
+        shows). Retry makes new jobs (their ids are answered); delete refuses a live job."""
+        states = api.select_jobs(
+            store, ids=body.ids, status=body.status, label=body.label, since=body.since
+        )
+        ids = [s.id for s in states]
+        if not body.dry_run:
+            if action == "retry":
+                ids = [t.id for t in api.retry(ids, store=store)]
+            elif action == "cancel":
+                for job_id in ids:
+                    reap.cancel(store, job_id)
+            else:
+                for job_id in ids:
+                    store.delete(job_id)
+        return JSONResponse({"count": len(ids), "jobs": ids, "dry_run": body.dry_run})
+
+    @routes.post(
+        "/jobs/{job_id}/retry",
+        status_code=201,
+        response_model=JobDocument,
+        responses=_errors(400, 404, 409, 413, 422, *denied),
+    )
+    def retry_job(job_id: JobId) -> Response:
+        """A new job with this finished job's definition, linked by ``retry_of`` (409 for a
+        job that is not finished); the finished job stays as it was."""
+        [task] = api.retry([job_id], store=store)
+        return _doc(store.get(task.id), 201, {"Location": f"/jobs/{task.id}"})
+
+    @routes.get(
+        "/jobs/{job_id}/retries",
+        response_model=Retries,
+        responses=_errors(400, 404, 422, *denied),
+    )
+    def job_retries(job_id: JobId) -> Response:
+        """The ids of the jobs that retry this one, oldest first."""
+        store.get(job_id)
+        return JSONResponse({"jobs": store.retries_of(job_id)})
 
     return routes
 

@@ -33,6 +33,7 @@ STATUS: tuple[tuple[type[errors.OutlastError], int, str], ...] = (
     (errors.JobNotFound, 404, "not found"),
     (errors.JobActive, 409, "job is active"),
     (errors.ScheduleExists, 409, "schedule exists"),
+    (errors.DuplicateJob, 409, "duplicate job"),
     (errors.InvalidTransition, 409, "conflict"),
     (errors.WorkerLockHeld, 409, "conflict"),
     (errors.StoreError, 503, "store unavailable"),

@@ -44,6 +44,39 @@ class CreateJob(Strict):
         le=1_000_000,
         description="higher runs first (default: the registered job's own, else 0)",
     )
+    unique_key: str | None = Field(
+        default=None,
+        max_length=500,
+        description="while a live job holds this key, answer it (200) instead of a new one",
+    )
+    on_conflict: Literal["return", "raise"] = Field(
+        default="return", description="raise: a live job holding unique_key is a 409"
+    )
+
+
+class BulkAction(Strict):
+    """The jobs a bulk action acts on: ``ids``, or a filter (at least one of ``status``,
+    ``label``, ``since``). ``dry_run`` only counts and lists them."""
+
+    ids: list[str] = Field(default_factory=list, max_length=10_000)
+    status: JobStatus | None = None
+    label: str | None = Field(default=None, max_length=500, description="key=value")
+    since: str | None = Field(default=None, max_length=64, description="made within: '1h'")
+    dry_run: bool = False
+
+
+class Retries(BaseModel):
+    """The ids of the jobs that retry a job, oldest first."""
+
+    jobs: list[str]
+
+
+class BulkResult(BaseModel):
+    """How many jobs the action took, and their ids (for a retry: the new jobs' ids)."""
+
+    count: int
+    jobs: list[str]
+    dry_run: bool
 
 
 class FiredDoc(BaseModel):
@@ -117,6 +150,8 @@ class JobDocument(BaseModel):
     pipeline: PipelineDoc | None
     keep: float | None
     fired: FiredDoc | None
+    retry_of: str | None
+    unique_key: str | None
     pid: int | None
     pid_started_at: str | None
     worker: str | None

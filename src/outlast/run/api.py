@@ -21,6 +21,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from outlast import config, machine, when
@@ -77,15 +78,20 @@ class Job(JobSpec):
         labels: Mapping[str, str] | None = None,
         attempts: int | None = None,
         priority: int | None = None,
+        unique_key: str | None = None,
+        on_conflict: str = "return",
     ) -> Options:
         """This job with options for one call: ``job.options(delay="10m").submit(x)``.
 
         ``delay`` (seconds or ``"15m"``) or ``at`` (an aware time or ISO 8601 text): not to
         run before then (a time already past runs now). ``timeout``: the attempt is stopped
         then (code ``timeout``). ``keep``: how long the finished job is kept. ``queue``,
-        ``labels``, ``attempts``, ``priority`` as in ``@outlast.job``. Checked here, before
-        anything is stored."""
-        return Options(self, delay, at, timeout, keep, queue, labels, attempts, priority)
+        ``labels``, ``attempts``, ``priority`` as in ``@outlast.job``. ``unique_key``: while
+        a live job holds it, submitting returns that job (``on_conflict="return"``) or raises
+        ``DuplicateJob`` (``"raise"``). Checked here, before anything is stored."""
+        options = Options(self, delay, at, timeout, keep, queue, labels, attempts, priority)
+        options.unique_key, options.on_conflict = unique_key, on_conflict
+        return options
 
 
 class Options:
@@ -105,6 +111,8 @@ class Options:
     ) -> None:
         self.spec = spec
         self.priority = None if priority is None else machine.check_priority(priority)
+        self.unique_key: str | None = None
+        self.on_conflict = "return"
         self.run_after, self.past = when.due_time(delay, at)
         self.timeout = None if timeout is None else when.parse_duration(timeout, "timeout")
         self.keep = None if keep is None else when.parse_duration(keep, "keep")
@@ -119,6 +127,8 @@ class Options:
             "keep": self.keep,
             "attempts": self.attempts,
             "priority": self.priority,
+            "unique_key": self.unique_key,
+            "on_conflict": self.on_conflict,
         }
 
     def submit(self, *args: Any, **kwargs: Any) -> Task:
@@ -290,13 +300,16 @@ def create_job(
     keep: float | None = None,
     attempts: int | None = None,
     priority: int | None = None,
+    unique_key: str | None = None,
+    on_conflict: str = "return",
 ) -> Task:
     """Record a pending function (or pipeline) job with its JSON arguments.
 
     A function takes ``args`` and ``kwargs`` (and may carry a ``payload`` of the caller's
     data); a pipeline takes a ``payload`` object, its input, and no arguments.
-    ``run_after``: not claimed before then. ``timeout``, ``attempts``: override the
-    job's own. ``keep``: seconds the finished job is kept.
+    ``run_after``: not claimed before then. ``timeout``, ``attempts``, ``priority``:
+    override the job's own. ``keep``: seconds the finished job is kept. ``unique_key``: see
+    :meth:`Store.create` (a live job that holds it is returned, or ``DuplicateJob``).
     """
     spec = _spec(job)
     args, kwargs = list(args), dict(kwargs or {})  # checked (JSON) and frozen by the store
@@ -325,6 +338,8 @@ def create_job(
         run_after=run_after,
         keep=keep,
         priority=spec.priority if priority is None else priority,
+        unique_key=unique_key,
+        on_conflict=on_conflict,
     )
 
 
@@ -370,6 +385,8 @@ def spawn_job(
     keep: float | None = None,
     attempts: int | None = None,
     priority: int | None = None,
+    unique_key: str | None = None,
+    on_conflict: str = "return",
 ) -> Task:
     """Create a job of ``job`` in the reserved ``@dedicated`` queue (pools never claim it)
     and start its dedicated detached worker (which waits for ``run_after``, if given)."""
@@ -392,8 +409,11 @@ def spawn_job(
         keep=keep,
         attempts=attempts,
         priority=priority,
+        unique_key=unique_key,
+        on_conflict=on_conflict,
     )
-    _start(task, lambda: spawner.spawn_dedicated(store, task.id))
+    if not task.existing:  # a live job that holds the unique key has its worker
+        _start(task, lambda: spawner.spawn_dedicated(store, task.id))
     return task
 
 
@@ -412,6 +432,8 @@ def run_command(
     timeout: object = None,
     keep: object = None,
     priority: int = 0,
+    unique_key: str | None = None,
+    on_conflict: str = "return",
 ) -> Task:
     """Run ``argv`` as a detached command job and return its task at once.
 
@@ -454,11 +476,17 @@ def run_command(
             timeout=seconds,
             keep=kept,
             priority=priority,
+            unique_key=unique_key,
+            on_conflict=on_conflict,
         )
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(written)
         raise
+    if task.existing:  # a live job holds the unique key: it has its supervisor
+        with contextlib.suppress(OSError):
+            os.unlink(written)
+        return task
 
     def start() -> None:
         spawner.adopt_context(store, written, task.id)
@@ -484,3 +512,58 @@ def _start(task: Task, start: Callable[[], Any]) -> None:
                 f"failed ({also}): it stays pending; remove it with `outlast rm --force`"
             ) from exc
         raise StoreError(f"cannot start the worker of job {task.id}: {exc}") from exc
+
+
+def retry(job_ids: Sequence[str], store: Store | None = None) -> list[Task]:
+    """Retry finished jobs: a new job for each, with its definition, linked by
+    ``retry_of`` (the finished ones stay as they were), inserted together; the new command
+    jobs' supervisors and spawned jobs' workers are started here. A retried command runs in
+    this process's folder with its environment (the old one's was not kept: it can hold
+    secrets). Refuses, before anything is written, a job that is not finished."""
+    store = store or default_store()
+    ids = list(job_ids)
+    made = store.retry(ids)
+    asked = set(ids)
+    for state in made:
+        if state.retry_of not in asked or state.status != "pending" or state.worker is not None:
+            continue  # a live job that holds the unique key: it has its worker
+        if state.kind == Kind.COMMAND:
+            task = store.open(state.id)
+
+            def start(state_id: str = state.id) -> None:
+                written = spawner.write_context(store, os.getcwd(), dict(os.environ))
+                spawner.adopt_context(store, written, state_id)
+                spawner.spawn_supervisor(store, state_id)
+
+            _start(task, start)
+        elif state.queue == DEDICATED:
+            _start(store.open(state.id), partial(spawner.spawn_dedicated, store, state.id))
+    return [store.open(state.id) for state in made]
+
+
+def select_jobs(
+    store: Store,
+    *,
+    ids: Sequence[str] = (),
+    status: str | None = None,
+    label: Mapping[str, str] | str | None = None,
+    since: object = None,
+) -> list[Any]:
+    """The jobs a bulk action acts on: ``ids``, or those of ``status`` with ``label`` made
+    within ``since`` (a duration); newest first. With no filter at all: refused (a bulk
+    action on every job must say so, with ``status``)."""
+    from datetime import timedelta
+
+    from outlast.model import utcnow
+
+    if ids:
+        if status is not None or label or since is not None:
+            raise InvalidInput("give job ids or filters (status, label, since), not both")
+        return [store.get(job_id) for job_id in ids]
+    if status is None and not label and since is None:
+        raise InvalidInput("say which jobs: ids, or a status, a label or a time (since)")
+    states = store.list(status=status, label=label or None, limit=None)
+    if since is not None:
+        cutoff = utcnow() - timedelta(seconds=when.parse_duration(since, "since"))
+        states = [s for s in states if s.created_at >= cutoff]
+    return states

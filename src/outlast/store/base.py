@@ -15,7 +15,7 @@ import builtins
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, Protocol
 
 from outlast import config, cron, machine
 from outlast.errors import (
+    DuplicateJob,
     InvalidInput,
     JobActive,
     JobNotFound,
@@ -164,10 +165,19 @@ class Store(abc.ABC):
         pipeline: PipelineState | None = None,
         keep: float | None = None,
         priority: int = 0,
+        unique_key: str | None = None,
+        on_conflict: str = "return",
     ) -> Task:
         """Record a new pending job and return its handle; waiters on its queue are woken.
         ``run_after``: not to be claimed before then (a delay); ``keep``: seconds the job is
-        kept once finished (None: ``$OUTLAST_KEEP``)."""
+        kept once finished (None: ``$OUTLAST_KEEP``); ``priority``: higher is claimed first.
+
+        ``unique_key``: while a live (pending, running or paused) job holds the key, nothing
+        is created: the handle of that job is returned (``on_conflict="return"``) or
+        :class:`DuplicateJob` raised (``"raise"``). Checked by the store atomically (a
+        unique index among live jobs; on the files store, under the key's lock)."""
+        if on_conflict not in ("return", "raise"):
+            raise InvalidInput(f"on_conflict is 'return' or 'raise', not {on_conflict!r}")
         state = machine.new_job(
             kind=kind,
             name=name,
@@ -183,10 +193,41 @@ class Store(abc.ABC):
             pipeline=pipeline,
             keep=keep,
             priority=priority,
+            unique_key=unique_key,
             now=utcnow(),
         )
-        self._insert(state)
-        return Task(self, state.id)
+        holder = self._insert(state)
+        if holder is None:
+            return Task(self, state.id)
+        if on_conflict == "raise":
+            raise DuplicateJob(
+                f"job {holder.id} ({holder.status}) holds the unique key {unique_key!r}",
+                existing=holder.id,
+            )
+        task = Task(self, holder.id)
+        task.existing = True
+        return task
+
+    def retry(self, job_ids: builtins.list[str]) -> builtins.list[JobState]:
+        """A new pending job for each finished job of ``job_ids``, with its definition (what
+        to run, labels, queue, options), linked by ``retry_of``; the finished jobs stay as
+        they were. Inserted together (one transaction per 500 on SQL stores). Raises
+        :class:`InvalidTransition` naming the first job that is not finished, before
+        anything is written. (A job whose unique key a live job holds gets that job
+        instead.) Returns the new jobs' states, in order. The run layer's
+        ``outlast.run.api.retry`` also starts the workers of commands and spawned jobs."""
+        now = utcnow()
+        copies = [machine.retry_copy(self.get(job_id), now) for job_id in job_ids]
+        out: builtins.list[JobState] = []
+        for start in range(0, len(copies), 500):
+            batch = copies[start : start + 500]
+            holders = self._insert_many(batch)
+            out += [h or c for c, h in zip(batch, holders, strict=True)]
+        return out
+
+    def retries_of(self, job_id: str) -> builtins.list[str]:
+        """The ids of the jobs that retry ``job_id``, oldest first."""
+        return self._retries_of(check_id(job_id))
 
     def open(self, job_id: str) -> Task:
         """A handle to an existing job (the id is checked now, existence on first use)."""
@@ -554,9 +595,17 @@ class Store(abc.ABC):
 
     # ------------------------------------------------------------- the adapter interface
     @abc.abstractmethod
-    def _insert(self, state: JobState) -> None:
+    def _insert(self, state: JobState) -> JobState | None:
         """Write a new job and wake the waiters of its queue (in the same transaction where
-        the engine can)."""
+        the engine can); None, or (writing nothing) the live job that holds its unique
+        key."""
+
+    def _insert_many(self, states: Sequence[JobState]) -> builtins.list[JobState | None]:
+        """:meth:`_insert` of several jobs (SQL stores: in one transaction)."""
+        return [self._insert(state) for state in states]
+
+    @abc.abstractmethod
+    def _retries_of(self, job_id: str) -> builtins.list[str]: ...
 
     @abc.abstractmethod
     def _read(self, job_id: str) -> JobState: ...

@@ -93,6 +93,8 @@ class _Entry:
     finished_at: datetime | None = None
     keep: float | None = None
     priority: int = 0
+    retry_of: str | None = None
+    unique_key: str | None = None
 
 
 def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest: int) -> _Entry:
@@ -105,6 +107,9 @@ def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest
     priority = d.get("priority", 0)
     if (keep is not None and not isinstance(keep, int | float)) or not isinstance(priority, int):
         raise ValueError("not indexable")
+    retry_of, unique_key = d.get("retry_of"), d.get("unique_key")
+    if not all(v is None or isinstance(v, str) for v in (retry_of, unique_key)):
+        raise ValueError("not indexable")
     return _Entry(
         key,
         trusted,
@@ -116,6 +121,8 @@ def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest
         finished_at,
         keep,
         priority,
+        retry_of,
+        unique_key,
     )
 
 
@@ -126,6 +133,7 @@ def _matches(job: _Entry | JobState, status: Status | None, labels: dict[str, st
 
 
 _LIVE = (Status.RUNNING, Status.PENDING)
+_HOLDING = (Status.PENDING, Status.RUNNING, Status.PAUSED)  # a live job holds its unique key
 
 
 def _claimable(e: _Entry, queues: list[str] | None, kinds: list[Kind] | None) -> bool:
@@ -264,17 +272,61 @@ class FilesStore(_local.LocalStore):
             raise
         self._sync_dir(final.parent)
 
-    def _insert(self, state: JobState) -> None:
+    def _insert(self, state: JobState) -> JobState | None:
         if state.id.endswith(_RESERVED):
             raise InvalidJobId(f"job ids ending in {_RESERVED!r} are reserved by the files store")
-        with self._translated(f"create {state.id}"), self._locked(state.id):
+        if state.unique_key is not None:
+            with self._translated(f"create {state.id}"), self._key_locked(state.unique_key):
+                holder = self._holder(state.unique_key)
+                if holder is not None:
+                    return holder
+                self._write_new(state)
+        else:
+            with self._translated(f"create {state.id}"):
+                self._write_new(state)
+        self.parts.pulse(state.id, True)
+        return None
+
+    def _write_new(self, state: JobState) -> None:
+        with self._locked(state.id):
             if self._file(state.id, ".json").exists():
                 raise StoreError(f"files store: job {state.id} already exists")
             # Events left by a delete that crashed half-way must not join the new job's log.
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._file(state.id, ".events.jsonl"))
             self._write_state(state)
-        self.parts.pulse(state.id, True)
+
+    @contextlib.contextmanager
+    def _key_locked(self, key: str) -> Iterator[None]:
+        """Hold the lock of a unique key (a file named by its hash) while checking that no
+        live job holds it and creating the one that will."""
+        import hashlib
+
+        folder = make_private_dir(self.path / ".outlast" / "unique")
+        name = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _holder(self, key: str) -> JobState | None:
+        """The live job that holds ``key`` (a scan: O(n) in the jobs, see the limits)."""
+        for entry in self._scan():
+            if entry.unique_key == key and entry.status in _HOLDING:
+                try:
+                    state = self._load(entry.id)
+                except (JobNotFound, CorruptJob):
+                    continue
+                if state.unique_key == key and state.status in _HOLDING:
+                    return state
+        return None
+
+    def _retries_of(self, job_id: str) -> list[str]:
+        with self._translated(f"retries of {job_id}"):
+            entries = [e for e in self._scan() if e.retry_of == job_id]
+        return [e.id for e in sorted(entries, key=lambda e: (e.created_at, e.id))]
 
     def _read(self, job_id: str) -> JobState:
         with self._translated(f"read {job_id}"):

@@ -73,7 +73,7 @@ from outlast.store.sql import (
     Row,
     SqlStore,
     Write,
-    priority_columns,
+    flow_columns,
     tables,
     time_tables,
 )
@@ -129,7 +129,7 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
         # schedules, and retention (outlast.cron; Store.prune)
         list(time_tables(d, "(convert_from(doc, 'UTF8')::jsonb->>'finished_at')::timestamptz")),
         # priorities: the claim's order and its index (outlast.store.sql.CLAIM_ORDER)
-        [*priority_columns(d), f'DROP INDEX IF EXISTS "{schema}".jobs_claimable'],
+        [*flow_columns(d), f'DROP INDEX IF EXISTS "{schema}".jobs_claimable'],
     ]
 
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from outlast import codec, machine
-from outlast.errors import CorruptJob, JobActive, JobNotFound, ScheduleNotFound
+from outlast.errors import CorruptJob, JobActive, JobNotFound, ScheduleNotFound, StoreError
 from outlast.ids import DEDICATED
 from outlast.machine import NewEvent
 from outlast.model import (
@@ -54,6 +54,10 @@ _TERMINAL = tuple(str(s) for s in TERMINAL)
 _CHUNK = 500  # ids per ``IN (…)``
 #: Schedules fired per transaction.
 FIRE_BATCH = 100
+
+
+class _HolderGone(Exception):
+    """The live job that held a unique key ended between the insert and its read."""
 
 
 class Dialect:
@@ -152,14 +156,25 @@ def tables(d: Dialect) -> list[str]:
     ]
 
 
-def priority_columns(d: Dialect) -> list[str]:
-    """What priorities added: ``jobs.priority`` and the ``jobs_due`` index that claims
-    read in :data:`CLAIM_ORDER`."""
+def flow_columns(d: Dialect) -> list[str]:
+    """What flow control added: ``jobs.priority`` and the ``jobs_due`` index that claims
+    read in :data:`CLAIM_ORDER`; ``jobs.retry_of`` (indexed: a job's retries); and
+    ``jobs.unique_key`` with ``jobs_unique``, unique among live jobs."""
     return [
         d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN priority {d.integer} NOT NULL DEFAULT 0"),
         d.sql(
             f"CREATE INDEX IF NOT EXISTS jobs_due ON {{jobs}} (queue, {CLAIM_ORDER})"
             f" WHERE {CLAIMABLE}"
+        ),
+        d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN retry_of {d.text}"),
+        d.sql(
+            "CREATE INDEX IF NOT EXISTS jobs_retry_of ON {jobs} (retry_of)"
+            " WHERE retry_of IS NOT NULL"
+        ),
+        d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN unique_key {d.text}"),
+        d.sql(
+            f"CREATE UNIQUE INDEX IF NOT EXISTS jobs_unique ON {{jobs}} (unique_key)"
+            f" WHERE unique_key IS NOT NULL AND status IN {LIVE_STATUSES}"
         ),
     ]
 
@@ -201,14 +216,16 @@ _SLIM = (
 )
 _FULL = (
     "UPDATE {jobs} SET status = ?, kind = ?, queue = ?, worker = ?, run_after = ?,"
-    " created_at = ?, finished_at = ?, expires_at = ?, priority = ?, doc = ?, seq = ?"
-    " WHERE id = ?"
+    " created_at = ?, finished_at = ?, expires_at = ?, priority = ?, retry_of = ?,"
+    " unique_key = ?, doc = ?, seq = ? WHERE id = ?"
 )
 #: The order claims take due jobs in (and the ``jobs_due`` index of both engines).
 CLAIM_ORDER = "priority DESC, COALESCE(run_after, created_at), id"
 #: Jobs a worker may hold: running, or pending and bound to the worker that will retry them
 #: (a running job always names its worker). Both engines index exactly these (``jobs_live``).
 LIVE = "worker IS NOT NULL AND status IN ('running', 'pending')"
+#: The statuses of a live job (one that holds its unique key).
+LIVE_STATUSES = "('pending', 'running', 'paused')"
 #: Jobs a claim may take (with ``run_after`` passed).
 CLAIMABLE = "status = 'pending' AND worker IS NULL"
 
@@ -228,14 +245,22 @@ def _insert_sql(d: Dialect, extra: tuple[str, ...], fired: bool = False) -> str:
             "finished_at",
             "expires_at",
             "priority",
+            "retry_of",
+            "unique_key",
             "doc",
             "id",
             *extra,
         ]
     )
-    marks = ", ".join("?" * (11 + len(extra)))
+    marks = ", ".join("?" * (13 + len(extra)))
     sql = f"INSERT INTO {{jobs}} ({names}) VALUES ({marks})"
     return d.sql(sql + (" ON CONFLICT (id) DO NOTHING" if fired else ""))
+
+
+def _unique_insert_sql(d: Dialect, extra: tuple[str, ...]) -> str:
+    """The insert of a job with a unique key: nothing (no row back) while a live job holds
+    the key (the ``jobs_unique`` partial index)."""
+    return _insert_sql(d, extra) + " ON CONFLICT DO NOTHING RETURNING id"
 
 
 if TYPE_CHECKING:  # an interface for annotations only (a Protocol costs import time)
@@ -288,7 +313,7 @@ class SqlStore(Store):
     # ------------------------------------------------------------------ rows
     def _columns(self, state: JobState) -> tuple[Any, ...]:
         """The queried columns of a job's row: status, kind, queue, worker, run_after,
-        created_at, finished_at, expires_at, priority."""
+        created_at, finished_at, expires_at, priority, retry_of, unique_key."""
         d = self.dialect
         return (
             str(state.status),
@@ -300,19 +325,50 @@ class SqlStore(Store):
             d.time(state.finished_at),
             d.time(expires_at(state)),
             state.priority,
+            state.retry_of,
+            state.unique_key,
         )
 
-    def _insert(self, state: JobState) -> None:
-        doc = codec.encode(state)
+    def _insert(self, state: JobState) -> JobState | None:
+        [holder] = self._insert_many([state])
+        return holder
+
+    def _insert_many(self, states: Sequence[JobState]) -> builtins.list[JobState | None]:
+        """Insert new jobs in one transaction; for each, None, or the live job that holds
+        its unique key (then it is not inserted)."""
+        for _ in range(5):  # a holder that ended between the insert and its read: again
+            out: list[JobState | None] = []
+            try:
+                with self._tx(f"create {states[0].id}" if len(states) == 1 else "create") as tx:
+                    for state in states:
+                        out.append(self._insert_one(tx, state))
+            except _HolderGone:
+                continue  # rolled back: try the whole batch again
+            for state, holder in zip(states, out, strict=True):
+                if holder is None:
+                    self._remember(state, codec.encode(state))
+            return out
+        raise StoreError("could not insert a job with a unique key: its holder kept changing")
+
+    def _insert_one(self, tx: Tx, state: JobState) -> JobState | None:
+        d = self.dialect
         extra = self._extra_columns(state)
-        with self._tx(f"create {state.id}") as tx:
-            tx.write(
-                _insert_sql(self.dialect, tuple(extra)),
-                (*self._columns(state), doc, state.id, *extra.values()),
-            )
-            self._put_labels(tx, state)
-            tx.wake(state.id, True)
-        self._remember(state, doc)
+        values = (*self._columns(state), codec.encode(state), state.id, *extra.values())
+        if state.unique_key is None:
+            tx.write(_insert_sql(d, tuple(extra)), values)
+        elif not tx.read(_unique_insert_sql(d, tuple(extra)), values):
+            sql = f"SELECT id, doc FROM {{jobs}} WHERE unique_key = ? AND status IN {LIVE_STATUSES}"
+            found = tx.read(d.sql(sql), (state.unique_key,))
+            if not found:
+                raise _HolderGone
+            return self._decode(found[0][0], found[0][1])
+        self._put_labels(tx, state)
+        tx.wake(state.id, True)
+        return None
+
+    def _retries_of(self, job_id: str) -> builtins.list[str]:
+        sql = self.dialect.sql("SELECT id FROM {jobs} WHERE retry_of = ? ORDER BY created_at")
+        return [row[0] for row in self._query(f"retries of {job_id}", sql, (job_id,))]
 
     def _put_labels(self, tx: Tx, state: JobState, fired: bool = False) -> None:
         if state.labels:

@@ -46,7 +46,7 @@ from outlast.store.sql import (
     Row,
     SqlStore,
     Write,
-    priority_columns,
+    flow_columns,
     tables,
     time_tables,
 )
@@ -79,7 +79,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     (f"CREATE INDEX IF NOT EXISTS jobs_live ON jobs (worker) WHERE {LIVE}",),
     tuple(time_tables(DIALECT, "json_extract(CAST(doc AS TEXT), '$.finished_at')")),
-    (*priority_columns(DIALECT), "DROP INDEX IF EXISTS jobs_claim"),
+    (*flow_columns(DIALECT), "DROP INDEX IF EXISTS jobs_claim"),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -86,6 +86,9 @@ class Task:
         self._lock = lock
         #: The state as it was when this task was claimed, if it was (may be stale).
         self.snapshot = snapshot
+        #: True when :meth:`Store.create` returned the live job that holds the unique key
+        #: it was given, instead of a new one.
+        self.existing = False
 
     def __repr__(self) -> str:
         return f"Task({self.id!r}, attempt={self.attempt})"
@@ -220,6 +223,13 @@ class Task:
         """Give the running job back to the queue without counting the attempt."""
         attempt = self.attempt
         return self._apply(lambda s: machine.release(s, attempt, utcnow()))
+
+    def retry(self) -> Task:
+        """A new job with this finished job's definition, linked by ``retry_of`` (see
+        :meth:`Store.retry`); this job stays as it was. A command's or spawned job's worker
+        is started by ``outlast.retry`` at once, else by the store's maintainer."""
+        [state] = self.store.retry([self.id])
+        return Task(self.store, state.id)
 
     def relabel(self, key: str, value: str | None) -> JobState:
         """Set (or, with None, remove) one label."""
