@@ -234,3 +234,14 @@ def fire_for(conn: Connection, url: str, seconds: float) -> None:
         time.sleep(0.002)
     conn.send(made)
     store.close()
+
+
+def submit_unique(conn: Connection, url: str, key: str, n: int, barrier: Any) -> None:
+    """Create ``n`` jobs with the same unique key, as fast as it can, from the barrier on;
+    reports the ids it got back."""
+    store = open_store(url)
+    conn.send("ready")
+    barrier.wait()
+    got = [store.create(kind="function", name="u", unique_key=key).id for _ in range(n)]
+    conn.send(got)
+    store.close()
