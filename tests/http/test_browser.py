@@ -225,3 +225,42 @@ def test_the_schedules_page_shows_next_runs_and_acts(
     page.locator("#job-meta").filter(has_text="weekly-report").wait_for()
     assert "run by hand" in page.locator("#job-meta").inner_text()
     assert not problems, problems
+
+
+def test_retry_from_the_job_page_and_bulk_retry_from_the_list(
+    page: Any, shown: tuple[Server, Store, str]
+) -> None:
+    secured, store, _ = shown
+    failed = []
+    for i in range(3):
+        task = store.create(kind="function", name=f"ingest.part{i}", labels={"team": "data"})
+        task.start()
+        task.fail(ConnectionError("partner API answered 503"), retry=False)
+        failed.append(task.id)
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("response", lambda response: _response(response, problems))
+    asked: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", accept)
+    page.goto(f"{secured.url}/?token={TOKEN}#/jobs/{failed[0]}")
+    page.locator("#job-status").filter(has_text="failed").wait_for()
+    page.get_by_role("button", name="Retry").click()
+    page.locator("#job-meta").filter(has_text="retry of").wait_for()
+    [new] = store.retries_of(failed[0])
+    assert page.url.endswith(f"#/jobs/{new}")
+    assert store.get(new).retry_of == failed[0]
+    page.locator("#job-meta a", has_text=failed[0]).click()  # back to the old job
+    page.locator("#job-meta").filter(has_text="retried as").wait_for()
+
+    page.get_by_role("link", name="All jobs").click()
+    page.locator(".chip", has_text="failed").click()
+    page.get_by_role("button", name="Retry all failed").click()
+    page.wait_for_function("() => !document.querySelector('#toast').hidden")
+    assert asked == ["Retry 3 failed jobs?"]
+    assert all(len(store.retries_of(job)) == (2 if job == failed[0] else 1) for job in failed)
+    assert not problems, problems

@@ -301,6 +301,7 @@ function renderFilters() {
         onclick: () => {
           S.status = status;
           renderFilters();
+          renderBulk();
           loadList(false);
         },
       },
@@ -309,6 +310,47 @@ function renderFilters() {
     ),
   );
   $("filters").replaceChildren(...chips);
+}
+
+// Bulk actions on every job of the status filter (and label): counted first, confirmed.
+const BULK = {
+  failed: ["retry", "delete"],
+  canceled: ["retry", "delete"],
+  succeeded: ["retry", "delete"],
+  pending: ["cancel"],
+  running: ["cancel"],
+  paused: ["cancel"],
+};
+
+function renderBulk() {
+  const actions = S.status ? BULK[S.status] || [] : [];
+  const bar = $("bulk");
+  bar.hidden = actions.length === 0;
+  bar.replaceChildren(
+    ...actions.map((action) =>
+      h("button", { class: `btn ${action === "retry" ? "primary" : "danger"}`, "data-bulk": action, onclick: () => bulk(action) },
+        `${action[0].toUpperCase()}${action.slice(1)} all ${S.status}`),
+    ),
+  );
+}
+
+async function bulk(action) {
+  const body = { status: S.status };
+  if (S.label) body.label = S.label;
+  try {
+    const counted = await api(`jobs/bulk/${action}`, { method: "POST", body: { ...body, dry_run: true } });
+    if (counted.count === 0) {
+      toast(`No ${S.status} jobs to ${action}`);
+      return;
+    }
+    const what = `${counted.count} ${S.status} job${counted.count === 1 ? "" : "s"}`;
+    if (!window.confirm(`${action[0].toUpperCase()}${action.slice(1)} ${what}?`)) return;
+    const done = await api(`jobs/bulk/${action}`, { method: "POST", body });
+    toast(`${action === "delete" ? "Deleted" : action === "cancel" ? "Canceled" : "Retried"} ${done.count} job${done.count === 1 ? "" : "s"}`);
+    loadList(false);
+  } catch (e) {
+    toast(e.message, true);
+  }
 }
 
 function startListStream() {
@@ -345,6 +387,7 @@ function renderJob(job) {
   );
   $("cancel").hidden = TERMINAL.has(job.status);
   $("delete").hidden = !TERMINAL.has(job.status);
+  $("retry").hidden = !TERMINAL.has(job.status);
 
   const meta = [
     ["status", job.status],
@@ -366,6 +409,11 @@ function renderJob(job) {
     meta.push(["schedule", h("span", {}, h("a", { href: "#/schedules" }, job.fired.schedule), ` · for ${when(job.fired.fire_at)}${why}`)]);
   }
   if (job.keep !== null && job.keep !== undefined) meta.push(["kept", `${job.keep}s after it finishes`]);
+  if (job.unique_key !== null && job.unique_key !== undefined) meta.push(["unique key", h("code", {}, job.unique_key)]);
+  if (job.retry_of) meta.push(["retry of", h("a", { class: "mono", href: `#/jobs/${encodeURIComponent(job.retry_of)}` }, job.retry_of)]);
+  if (S.retries && S.retries.id === job.id && S.retries.jobs.length) {
+    meta.push(["retried as", h("span", {}, ...S.retries.jobs.flatMap((id, i) => [i ? " " : "", h("a", { class: "mono", href: `#/jobs/${encodeURIComponent(id)}` }, id)]))]);
+  }
   if (job.worker) meta.push(["worker", job.worker]);
   if (job.pid) meta.push(["pid", String(job.pid)]);
   if (job.command) meta.push(["command", h("code", {}, job.command.join(" "))]);
@@ -491,7 +539,9 @@ async function openJob(id) {
     return;
   }
   if (S.current !== id) return;
+  S.retries = null;
   renderJob(job);
+  loadRetries(job);
   startJobStream(id);
   loadLog();
   clearInterval(S.logTimer);
@@ -533,6 +583,27 @@ $("cancel").addEventListener("click", () => {
   const id = S.current;
   act("Job canceled", () => api(`jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" }));
 });
+
+$("retry").addEventListener("click", async () => {
+  const id = S.current;
+  try {
+    const job = await api(`jobs/${encodeURIComponent(id)}/retry`, { method: "POST" });
+    toast("Retried: a new job");
+    location.hash = `#/jobs/${encodeURIComponent(job.id)}`;
+  } catch (e) {
+    toast(e.message, true);
+  }
+});
+
+async function loadRetries(job) {
+  if (!TERMINAL.has(job.status)) return;
+  try {
+    const found = await api(`jobs/${encodeURIComponent(job.id)}/retries`);
+    if (S.current !== job.id) return;
+    S.retries = { id: job.id, jobs: found.jobs };
+    if (found.jobs.length && S.job) renderJob(S.job);
+  } catch (_) { /* not essential */ }
+}
 
 $("delete").addEventListener("click", async () => {
   const id = S.current;

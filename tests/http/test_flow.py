@@ -1,0 +1,95 @@
+"""Flow control over HTTP: priority, unique keys, retry and bulk actions, against a real
+server process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from outlast.store import Store
+from tests.http.harness import Server
+from tests.http.test_api import _error
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> Any:
+    with server.client() as c:
+        yield c
+
+
+def _finished(store: Store, job_id: str, ok: bool = False) -> None:
+    task = store.open(job_id)
+    task.start()
+    if ok:
+        task.succeed(1)
+    else:
+        task.fail(RuntimeError("boom"), retry=False)
+
+
+def test_priority_and_unique_keys(client: httpx.Client, http_store: Store) -> None:
+    doc = client.post("/jobs", json={"name": "tests.add", "priority": 9}).json()
+    assert doc["priority"] == 9 and http_store.get(doc["id"]).priority == 9
+    assert "priority" in str(
+        _error(client.post("/jobs", json={"name": "tests.add", "priority": 1.5}), 422)
+    )
+    _error(client.post("/jobs", json={"name": "tests.add", "priority": 10**9}), 422)
+    first = client.post("/jobs", json={"name": "tests.add", "unique_key": "http-u1"})
+    assert first.status_code == 201
+    again = client.post("/jobs", json={"name": "tests.add", "unique_key": "http-u1"})
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    raised = client.post(
+        "/jobs", json={"name": "tests.add", "unique_key": "http-u1", "on_conflict": "raise"}
+    )
+    assert "holds the unique key 'http-u1'" in _error(raised, 409)
+    assert "unique key" in _error(
+        client.post("/jobs", json={"name": "tests.add", "unique_key": " "}), 400
+    )
+
+
+def test_retry_a_finished_job(client: httpx.Client, http_store: Store) -> None:
+    doc = client.post(
+        "/jobs", json={"name": "tests.add", "args": [1, 2], "labels": {"r": "1"}}
+    ).json()
+    assert "only a finished job" in _error(client.post(f"/jobs/{doc['id']}/retry"), 409)
+    _finished(http_store, doc["id"])
+    made = client.post(f"/jobs/{doc['id']}/retry")
+    assert made.status_code == 201, made.text
+    new = made.json()
+    assert (
+        new["retry_of"] == doc["id"]
+        and new["call"]["args"] == [1, 2]
+        and new["status"] == "pending"
+    )
+    assert made.headers["location"] == f"/jobs/{new['id']}"
+    assert client.get(f"/jobs/{doc['id']}/retries").json() == {"jobs": [new["id"]]}
+    assert client.get(f"/jobs/{doc['id']}").json()["status"] == "failed"  # unchanged
+    _error(client.post("/jobs/nosuchjob/retry"), 404)
+
+
+def test_bulk_actions_count_first_then_act(client: httpx.Client, http_store: Store) -> None:
+    ids = [
+        client.post("/jobs", json={"name": "tests.add", "labels": {"bulk": "yes"}}).json()["id"]
+        for _ in range(3)
+    ]
+    for job_id in ids[:2]:
+        _finished(http_store, job_id)
+    body = {"status": "failed", "label": "bulk=yes"}
+    counted = client.post("/jobs/bulk/retry", json={**body, "dry_run": True}).json()
+    assert counted == {"count": 2, "jobs": sorted(ids[:2], reverse=True), "dry_run": True}
+    assert http_store.retries_of(ids[0]) == []  # a dry run changes nothing
+    done = client.post("/jobs/bulk/retry", json=body).json()
+    assert done["count"] == 2 and not done["dry_run"]
+    assert {http_store.get(j).retry_of for j in done["jobs"]} == set(ids[:2])
+    canceled = client.post("/jobs/bulk/cancel", json={"ids": [ids[2], *done["jobs"]]}).json()
+    assert canceled["count"] == 3
+    assert http_store.get(ids[2]).status == "canceled"
+    deleted = client.post("/jobs/bulk/delete", json={"status": "canceled", "label": "bulk=yes"})
+    assert deleted.json()["count"] == 3
+    assert "say which jobs" in _error(client.post("/jobs/bulk/delete", json={}), 400)
+    assert "not both" in _error(
+        client.post("/jobs/bulk/cancel", json={"ids": ["a"], "status": "failed"}), 400
+    )
+    _error(client.post("/jobs/bulk/explode", json={"status": "failed"}), 422)
+    _error(client.post("/jobs/bulk/retry", json={"since": "10 parsecs"}), 400)
