@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +177,48 @@ def test_unique_from_the_cli(pool: Harness) -> None:
     sub = pool.cli("submit", "pt.noop", "--import", "tests.pool.jobs_for_tests", "--unique", "u1")
     again = pool.cli("submit", "pt.noop", "--import", "tests.pool.jobs_for_tests", "--unique", "u1")
     assert sub.stdout == again.stdout and len(pool.all()) == 2
+
+
+@pytest.mark.timeout(60)
+def test_a_job_submitted_in_a_postgresql_transaction_exists_only_if_it_commits(
+    tmp_path: Path,
+) -> None:
+    import psycopg
+
+    from outlast.run.api import create_job
+    from tests.pg.support import make_url
+
+    url = make_url(tmp_path)
+    if url is None:
+        pytest.skip("no PostgreSQL here")
+    pool = Harness(tmp_path, url)
+    try:
+        pool.worker()
+        with psycopg.connect(url.partition("?")[0]) as conn:
+            with pytest.raises(RuntimeError), conn.transaction():
+                conn.execute("SELECT 1")
+                create_job(pool.store, "pt.noop", ["rolled back"], connection=conn)
+                raise RuntimeError("the caller's transaction fails")
+            assert pool.all() == []  # rolled back: no job
+            with conn.transaction():
+                task = create_job(pool.store, "pt.noop", ["committed"], connection=conn)
+                assert pool.all() == []  # not visible before the commit
+            state = pool.wait_for(task.id, {Status.SUCCEEDED}, 30)  # a pool claimed it
+            assert state.result == "committed"
+            with conn.transaction():
+                a = create_job(pool.store, "pt.noop", [1], unique_key="tx", connection=conn)
+                b = create_job(pool.store, "pt.noop", [2], unique_key="tx", connection=conn)
+            assert b.id == a.id and b.existing
+        with pytest.raises(InvalidInput, match="psycopg"):
+            create_job(pool.store, "pt.noop", [], connection=object())
+    finally:
+        pool.close()
+
+
+def test_connection_is_for_postgresql_only(tmp_path: Path) -> None:
+    from outlast.store import open_store
+
+    with open_store(f"sqlite://{tmp_path}/s.db") as store:
+        with pytest.raises(InvalidInput, match="postgresql:// store"):
+            store.create(kind="function", name="x", connection=object())
+        assert store.list() == []

@@ -80,6 +80,7 @@ class Job(JobSpec):
         priority: int | None = None,
         unique_key: str | None = None,
         on_conflict: str = "return",
+        connection: Any = None,
     ) -> Options:
         """This job with options for one call: ``job.options(delay="10m").submit(x)``.
 
@@ -88,9 +89,12 @@ class Job(JobSpec):
         then (code ``timeout``). ``keep``: how long the finished job is kept. ``queue``,
         ``labels``, ``attempts``, ``priority`` as in ``@outlast.job``. ``unique_key``: while
         a live job holds it, submitting returns that job (``on_conflict="return"``) or raises
-        ``DuplicateJob`` (``"raise"``). Checked here, before anything is stored."""
+        ``DuplicateJob`` (``"raise"``). ``connection`` (PostgreSQL): an open psycopg
+        connection; ``.submit`` inserts the job in its transaction (it exists only if that
+        commits). Checked here, before anything is stored."""
         options = Options(self, delay, at, timeout, keep, queue, labels, attempts, priority)
         options.unique_key, options.on_conflict = unique_key, on_conflict
+        options.connection = connection
         return options
 
 
@@ -113,6 +117,7 @@ class Options:
         self.priority = None if priority is None else machine.check_priority(priority)
         self.unique_key: str | None = None
         self.on_conflict = "return"
+        self.connection: Any = None
         self.run_after, self.past = when.due_time(delay, at)
         self.timeout = None if timeout is None else when.parse_duration(timeout, "timeout")
         self.keep = None if keep is None else when.parse_duration(keep, "keep")
@@ -137,6 +142,7 @@ class Options:
             default_store(),
             self.spec,
             queue=self.queue,
+            connection=self.connection,
             **_split(self.spec, args, kwargs),
             **self._fields(),
         )
@@ -146,6 +152,8 @@ class Options:
         for its time there)."""
         if self.queue is not None:
             raise InvalidInput("a spawned job runs in its own worker: no queue")
+        if self.connection is not None:
+            raise InvalidInput("a spawned job starts its worker now: no connection=")
         return spawn_job(
             default_store(), self.spec, **_split(self.spec, args, kwargs), **self._fields()
         )
@@ -302,6 +310,7 @@ def create_job(
     priority: int | None = None,
     unique_key: str | None = None,
     on_conflict: str = "return",
+    connection: Any = None,
 ) -> Task:
     """Record a pending function (or pipeline) job with its JSON arguments.
 
@@ -310,6 +319,8 @@ def create_job(
     ``run_after``: not claimed before then. ``timeout``, ``attempts``, ``priority``:
     override the job's own. ``keep``: seconds the finished job is kept. ``unique_key``: see
     :meth:`Store.create` (a live job that holds it is returned, or ``DuplicateJob``).
+    ``connection`` (PostgreSQL): a psycopg connection whose open transaction the job is
+    inserted in; it exists only if that transaction commits.
     """
     spec = _spec(job)
     args, kwargs = list(args), dict(kwargs or {})  # checked (JSON) and frozen by the store
@@ -340,6 +351,7 @@ def create_job(
         priority=spec.priority if priority is None else priority,
         unique_key=unique_key,
         on_conflict=on_conflict,
+        connection=connection,
     )
 
 

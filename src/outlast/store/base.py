@@ -167,6 +167,7 @@ class Store(abc.ABC):
         priority: int = 0,
         unique_key: str | None = None,
         on_conflict: str = "return",
+        connection: Any = None,
     ) -> Task:
         """Record a new pending job and return its handle; waiters on its queue are woken.
         ``run_after``: not to be claimed before then (a delay); ``keep``: seconds the job is
@@ -196,7 +197,10 @@ class Store(abc.ABC):
             unique_key=unique_key,
             now=utcnow(),
         )
-        holder = self._insert(state)
+        if connection is not None:
+            holder = self._insert_on(connection, state)
+        else:
+            holder = self._insert(state)
         if holder is None:
             return Task(self, state.id)
         if on_conflict == "raise":
@@ -599,6 +603,13 @@ class Store(abc.ABC):
         """Write a new job and wake the waiters of its queue (in the same transaction where
         the engine can); None, or (writing nothing) the live job that holds its unique
         key."""
+
+    def _insert_on(self, connection: Any, state: JobState) -> JobState | None:
+        """:meth:`_insert` in the caller's open transaction (PostgreSQL)."""
+        raise InvalidInput(
+            f"connection= inserts a job in your PostgreSQL transaction; this is a "
+            f"{type(self).__name__} (use a postgresql:// store)"
+        )
 
     def _insert_many(self, states: Sequence[JobState]) -> builtins.list[JobState | None]:
         """:meth:`_insert` of several jobs (SQL stores: in one transaction)."""

@@ -55,7 +55,7 @@ from typing import Any
 
 import psycopg
 
-from outlast import paths
+from outlast import codec, paths
 from outlast.errors import InvalidInput, OutlastError, StoreError
 from outlast.machine import Outcome
 from outlast.model import TERMINAL, JobState, Kind
@@ -69,6 +69,7 @@ from outlast.store.journal import Fate, Journal, Key, line_fate, record_line
 from outlast.store.sql import (
     CLAIM_ORDER,
     LIVE,
+    LIVE_STATUSES,
     Dialect,
     Row,
     SqlStore,
@@ -76,6 +77,12 @@ from outlast.store.sql import (
     flow_columns,
     tables,
     time_tables,
+)
+from outlast.store.sql import (
+    insert_sql as _insert,
+)
+from outlast.store.sql import (
+    unique_insert_sql as _unique_insert,
 )
 
 SHARDS = 16
@@ -356,6 +363,46 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                 channels.add(self._queue_channel)
         jobs = None if job_ids is None else set(job_ids)
         return PgListener(self._db, sorted(channels), jobs, self._queue_channel)
+
+    def _insert_on(self, connection: Any, state: JobState) -> JobState | None:
+        """The insert, its labels and its wake-ups as statements of the caller's
+        transaction (``pg_notify`` is delivered when it commits, so pools wake for a job
+        that exists). Nothing is committed here."""
+        if not isinstance(connection, psycopg.Connection):
+            raise InvalidInput(
+                "connection= takes an open psycopg (3) Connection to the store's database, "
+                f"not {type(connection).__name__}"
+            )
+        d = self.dialect
+        extra = self._extra_columns(state)
+        values = (*self._columns(state), codec.encode(state), state.id, *extra.values())
+        with _pg.translated(f"create {state.id} in your transaction"):
+            if state.unique_key is not None:
+                sql = _unique_insert(d, tuple(extra))
+                if connection.execute(sql, values).fetchone() is None:
+                    row = connection.execute(
+                        d.sql(
+                            "SELECT id, doc FROM {jobs} WHERE unique_key = ?"
+                            f" AND status IN {LIVE_STATUSES}"
+                        ),
+                        (state.unique_key,),
+                    ).fetchone()
+                    if row is None:
+                        raise StoreError(
+                            "the live job that held the unique key just ended; try again"
+                        )
+                    return codec.decode(row[0], row[1])
+            else:
+                connection.execute(_insert(d, tuple(extra)), values)
+            if state.labels:
+                sql = d.sql("INSERT INTO {labels} (job_id, key, value) VALUES (?, ?, ?)")
+                with connection.cursor() as cur:
+                    cur.executemany(sql, [(state.id, k, v) for k, v in state.labels.items()])
+            channels = [self._channel(state.id), self._queue_channel]
+            connection.execute(
+                "SELECT pg_notify(c, %s) FROM unnest(%s::text[]) AS t(c)", (state.id, channels)
+            )
+        return None
 
     def change_watch(self) -> ChangeWatch:
         """Woken by the notifications of a job becoming claimable (a new job, a retry) and

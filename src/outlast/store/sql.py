@@ -231,7 +231,7 @@ CLAIMABLE = "status = 'pending' AND worker IS NULL"
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_sql(d: Dialect, extra: tuple[str, ...], fired: bool = False) -> str:
+def insert_sql(d: Dialect, extra: tuple[str, ...], fired: bool = False) -> str:
     """The insert of a job's row; ``fired``: a schedule's job, made at most once (its id is
     the key of its fire time), so a second insert does nothing."""
     names = ", ".join(
@@ -257,10 +257,10 @@ def _insert_sql(d: Dialect, extra: tuple[str, ...], fired: bool = False) -> str:
     return d.sql(sql + (" ON CONFLICT (id) DO NOTHING" if fired else ""))
 
 
-def _unique_insert_sql(d: Dialect, extra: tuple[str, ...]) -> str:
+def unique_insert_sql(d: Dialect, extra: tuple[str, ...]) -> str:
     """The insert of a job with a unique key: nothing (no row back) while a live job holds
     the key (the ``jobs_unique`` partial index)."""
-    return _insert_sql(d, extra) + " ON CONFLICT DO NOTHING RETURNING id"
+    return insert_sql(d, extra) + " ON CONFLICT DO NOTHING RETURNING id"
 
 
 if TYPE_CHECKING:  # an interface for annotations only (a Protocol costs import time)
@@ -355,8 +355,8 @@ class SqlStore(Store):
         extra = self._extra_columns(state)
         values = (*self._columns(state), codec.encode(state), state.id, *extra.values())
         if state.unique_key is None:
-            tx.write(_insert_sql(d, tuple(extra)), values)
-        elif not tx.read(_unique_insert_sql(d, tuple(extra)), values):
+            tx.write(insert_sql(d, tuple(extra)), values)
+        elif not tx.read(unique_insert_sql(d, tuple(extra)), values):
             sql = f"SELECT id, doc FROM {{jobs}} WHERE unique_key = ? AND status IN {LIVE_STATUSES}"
             found = tx.read(d.sql(sql), (state.unique_key,))
             if not found:
@@ -373,7 +373,7 @@ class SqlStore(Store):
     def _put_labels(self, tx: Tx, state: JobState, fired: bool = False) -> None:
         if state.labels:
             sql = "INSERT INTO {labels} (job_id, key, value) VALUES (?, ?, ?)"
-            if fired:  # made at most once: see _insert_sql
+            if fired:  # made at most once: see insert_sql
                 sql += " ON CONFLICT (job_id, key) DO NOTHING"
             tx.write_many(
                 self.dialect.sql(sql), [(state.id, k, v) for k, v in state.labels.items()]
@@ -713,7 +713,7 @@ class SqlStore(Store):
                 for job in jobs:
                     extra = self._extra_columns(job)
                     tx.write(
-                        _insert_sql(d, tuple(extra), fired=True),
+                        insert_sql(d, tuple(extra), fired=True),
                         (*self._columns(job), codec.encode(job), job.id, *extra.values()),
                     )
                     self._put_labels(tx, job, fired=True)
