@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from outlast.errors import (
         Canceled,
         CorruptJob,
+        DuplicateJob,
         Fail,
         InvalidInput,
         InvalidJobId,
@@ -44,9 +45,9 @@ if TYPE_CHECKING:
 # Names load on first use (PEP 562), so ``import outlast.cli`` for a status call stays light.
 _LAZY = {
     "outlast.errors": (
-        "Canceled CorruptJob Fail InvalidInput InvalidJobId InvalidTransition JobActive "
-        "JobNotFound OutlastError Pause PollTimeout ScheduleExists ScheduleNotFound StoreError "
-        "WorkerLockHeld"
+        "Canceled CorruptJob DuplicateJob Fail InvalidInput InvalidJobId InvalidTransition "
+        "JobActive JobNotFound OutlastError Pause PollTimeout ScheduleExists ScheduleNotFound "
+        "StoreError WorkerLockHeld"
     ),
     "outlast.model": "ErrorInfo EventStatus JobState Kind ProgressEvent Schedule Status",
     "outlast.pipeline": "Pipeline Stage poll",
@@ -78,6 +79,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Canceled",
     "CorruptJob",
+    "DuplicateJob",
     "ErrorInfo",
     "EventStatus",
     "Fail",
