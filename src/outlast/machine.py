@@ -155,6 +155,30 @@ def check_priority(value: object) -> int:
     return value
 
 
+#: The most slots a concurrency key may have.
+MAX_SLOTS = 100_000
+
+
+def check_slots(value: object, what: str = "limit") -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SLOTS:
+        raise InvalidInput(f"{what} must be a whole number from 1 to {MAX_SLOTS:,}, not {value!r}")
+    return value
+
+
+def check_limit(limit_key: object, limit: object) -> None:
+    """A concurrency key is a non-empty string (200 characters at most); a limit needs one."""
+    if limit_key is not None and (
+        not isinstance(limit_key, str) or not limit_key.strip() or len(limit_key) > 200
+    ):
+        raise InvalidInput(
+            f"a limit key is a non-empty string of 200 characters at most, not {limit_key!r}"
+        )
+    if limit is not None:
+        check_slots(limit)
+        if limit_key is None:
+            raise InvalidInput("a limit needs a limit key: what is limited")
+
+
 def new_job(
     *,
     kind: Kind | str = Kind.COMMAND,
@@ -175,6 +199,8 @@ def new_job(
     priority: int = 0,
     retry_of: str | None = None,
     unique_key: str | None = None,
+    limit_key: str | None = None,
+    limit: int | None = None,
     now: datetime,
 ) -> JobState:
     """A new pending job, every field checked: :class:`InvalidInput` says what is wrong."""
@@ -211,6 +237,7 @@ def new_job(
         raise InvalidInput(
             f"a unique key is a non-empty string of 500 characters at most, not {unique_key!r}"
         )
+    check_limit(limit_key, limit)
     return JobState.build(
         {
             "id": job_id or new_id(),
@@ -231,6 +258,8 @@ def new_job(
             "fired": fired,
             "retry_of": retry_of,
             "unique_key": unique_key,
+            "limit_key": limit_key,
+            "limit": limit,
             "created_at": now,
             "updated_at": now,
         }
@@ -585,5 +614,17 @@ def retry_copy(state: JobState, now: datetime) -> JobState:
         pipeline=pipeline,
         retry_of=state.id,
         unique_key=state.unique_key,
+        limit_key=state.limit_key,
+        limit=state.limit,
         now=now,
+    )
+
+
+def wakes_pools(old: JobState, change: Change) -> bool:
+    """Whether a change should wake idle pools: a job became claimable, or a running job of
+    a concurrency key stopped running (its slot is free for the key's waiting jobs)."""
+    return change.claimable or (
+        old.limit_key is not None
+        and old.status == Status.RUNNING
+        and change.state.status != Status.RUNNING
     )

@@ -398,6 +398,11 @@ class JobState:
     #: While this job is live (pending, running or paused), no other job with this key can
     #: be created: submitting again returns this one (or raises ``DuplicateJob``).
     unique_key: str | None = None
+    #: A concurrency key (``tenant:42``, a command group): at most ``limit`` jobs of the key
+    #: run at once (the store's slots for the key win, see ``outlast group set``).
+    limit_key: str | None = None
+    #: Slots of ``limit_key`` when the store has none set for it; None: 1.
+    limit: int | None = None
     #: The OS process doing the work (a command job's process-group leader), or None.
     pid: int | None = None
     #: The kernel's start time of ``pid``, so a reused PID is never mistaken for the job's.
@@ -467,6 +472,8 @@ class JobState:
             "fired": self.fired.to_dict() if self.fired else None,
             "retry_of": self.retry_of,
             "unique_key": self.unique_key,
+            "limit_key": self.limit_key,
+            "limit": self.limit,
             "pid": self.pid,
             "pid_started_at": format_time(self.pid_started_at),
             "worker": self.worker,
@@ -588,7 +595,10 @@ def _check_scalars(values: dict[str, Any]) -> None:
         raise CorruptJob("cancel_requested must be true or false")
     if "queue" in values and not isinstance(values["queue"], str):
         raise CorruptJob("queue must be a string")
-    for name in ("phase", "step", "worker", "retry_of", "unique_key"):
+    limit = values.get("limit")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise CorruptJob("limit must be a whole number >= 1 or null")
+    for name in ("phase", "step", "worker", "retry_of", "unique_key", "limit_key"):
         if values.get(name) is not None and not isinstance(values[name], str):
             raise CorruptJob(f"{name} must be a string or null")
 

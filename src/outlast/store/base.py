@@ -168,6 +168,8 @@ class Store(abc.ABC):
         unique_key: str | None = None,
         on_conflict: str = "return",
         connection: Any = None,
+        limit_key: str | None = None,
+        limit: int | None = None,
     ) -> Task:
         """Record a new pending job and return its handle; waiters on its queue are woken.
         ``run_after``: not to be claimed before then (a delay); ``keep``: seconds the job is
@@ -195,6 +197,8 @@ class Store(abc.ABC):
             keep=keep,
             priority=priority,
             unique_key=unique_key,
+            limit_key=limit_key,
+            limit=limit,
             now=utcnow(),
         )
         if connection is not None:
@@ -228,6 +232,19 @@ class Store(abc.ABC):
             holders = self._insert_many(batch)
             out += [h or c for c, h in zip(batch, holders, strict=True)]
         return out
+
+    def set_slots(self, key: str, slots: int | None) -> None:
+        """Set how many jobs of the concurrency ``key`` may run at once (None: unset, each
+        job's own ``limit`` applies again, else 1). Takes effect at the next claim."""
+        machine.check_limit(key, None)
+        if slots is not None:
+            machine.check_slots(slots, "slots")
+        self._set_slots(key, slots)
+
+    def slots(self) -> dict[str, tuple[int | None, int]]:
+        """``key -> (slots set, or None; jobs running now)`` for every key with slots set or
+        a running job."""
+        return self._slot_usage()
 
     def retries_of(self, job_id: str) -> builtins.list[str]:
         """The ids of the jobs that retry ``job_id``, oldest first."""
@@ -617,6 +634,18 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def _retries_of(self, job_id: str) -> builtins.list[str]: ...
+
+    @abc.abstractmethod
+    def _set_slots(self, key: str, slots: int | None) -> None: ...
+
+    @abc.abstractmethod
+    def _slot_usage(self) -> dict[str, tuple[int | None, int]]: ...
+
+    @abc.abstractmethod
+    def _start_one(self, job_id: str, worker: str, now: datetime) -> Applied:
+        """Start the pending job as ``worker``'s attempt (:func:`machine.start`), a job of a
+        concurrency key only while the key has a free slot, counted in the same transaction
+        (or under the key's lock); no change otherwise."""
 
     @abc.abstractmethod
     def _read(self, job_id: str) -> JobState: ...

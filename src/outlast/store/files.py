@@ -37,6 +37,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,8 @@ class _Entry:
     priority: int = 0
     retry_of: str | None = None
     unique_key: str | None = None
+    limit_key: str | None = None
+    limit: int | None = None
 
 
 def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest: int) -> _Entry:
@@ -108,7 +111,10 @@ def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest
     if (keep is not None and not isinstance(keep, int | float)) or not isinstance(priority, int):
         raise ValueError("not indexable")
     retry_of, unique_key = d.get("retry_of"), d.get("unique_key")
-    if not all(v is None or isinstance(v, str) for v in (retry_of, unique_key)):
+    limit_key, limit = d.get("limit_key"), d.get("limit")
+    if not all(v is None or isinstance(v, str) for v in (retry_of, unique_key, limit_key)):
+        raise ValueError("not indexable")
+    if limit is not None and not isinstance(limit, int):
         raise ValueError("not indexable")
     return _Entry(
         key,
@@ -123,6 +129,8 @@ def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest
         priority,
         retry_of,
         unique_key,
+        limit_key,
+        limit,
     )
 
 
@@ -438,7 +446,7 @@ class FilesStore(_local.LocalStore):
             if change is None:
                 return Applied(state, [])
             stored = self._commit(job_id, change)
-        self.parts.pulse(job_id, change.claimable)
+        self.parts.pulse(job_id, machine.wakes_pools(state, change))
         return Applied(change.state, stored)
 
     def _remove(self, job_id: str, force: bool) -> None:
@@ -551,7 +559,12 @@ class FilesStore(_local.LocalStore):
         with self._translated("next due"):
             entries = self._scan(claiming=True)
         now = utcnow()
-        times = [e.run_after or now for e in entries if _claimable(e, queues, kinds)]
+        slots, used = self._limits(), _running_by_key(entries)
+        times = [
+            e.run_after or now
+            for e in entries
+            if _claimable(e, queues, kinds) and _room(e, slots, used)
+        ]
         return min(times, default=None)
 
     def _claim(
@@ -576,7 +589,10 @@ class FilesStore(_local.LocalStore):
             if len(claimed) >= limit:
                 break
             try:
-                got = self._claim_one(entry.id, worker, now, journal)
+                if entry.limit_key is not None:
+                    got = self._claim_limited(entry, worker, now, journal)
+                else:
+                    got = self._claim_one(entry.id, worker, now, journal)
             except JobNotFound:
                 continue  # deleted since the scan
             except CorruptJob as exc:
@@ -594,6 +610,17 @@ class FilesStore(_local.LocalStore):
         for state, _ in claimed:
             self.parts.pulse(state.id, False)
         return claimed
+
+    def _claim_limited(
+        self, entry: _Entry, worker: str, now: datetime, journal: Journal
+    ) -> tuple[JobState, int] | None:
+        """Claim a job of a concurrency key under the key's lock, once a fresh count says a
+        slot is free (so two claimers of one key count one after the other)."""
+        assert entry.limit_key is not None
+        with self._key_locked(f"limit\0{entry.limit_key}"):
+            if not _room(entry, self._limits(), _running_by_key(self._scan(claiming=True))):
+                return None
+            return self._claim_one(entry.id, worker, now, journal)
 
     def _claim_one(
         self, job_id: str, worker: str, now: datetime, journal: Journal
@@ -779,3 +806,62 @@ class FilesStore(_local.LocalStore):
         """A document written or removed renames or unlinks a file in the store's folder
         (and a schedule in its own): their times say when to look again."""
         return _local.StatWatch([self.path, self._schedule_dir()])
+
+    # ------------------------------------------------------------------ concurrency keys
+    def _limits(self) -> dict[str, int]:
+        """The slots set per concurrency key (``.outlast/limits.json``)."""
+        try:
+            _, raw = _slurp(self.path / ".outlast" / "limits.json")
+        except FileNotFoundError:
+            return {}
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise CorruptJob("the store's limits.json is not an object")
+        return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, int)}
+
+    def _set_slots(self, key: str, slots: int | None) -> None:
+        with self._translated(f"slots of {key}"), self._key_locked("\0limits"):
+            limits = self._limits()
+            if slots is None:
+                limits.pop(key, None)
+            else:
+                limits[key] = slots
+            self._replace(self.path / ".outlast" / "limits.json", json.dumps(limits).encode())
+        self.parts.pulse(f"{key}.slots", True)
+
+    def _slot_usage(self) -> dict[str, tuple[int | None, int]]:
+        with self._translated("slot usage"):
+            running = _running_by_key(self._scan(claiming=True))
+            slots = self._limits()
+        return {k: (slots.get(k), running.get(k, 0)) for k in sorted({*running, *slots})}
+
+    def _start_one(self, job_id: str, worker: str, now: datetime) -> Applied:
+        state = self._read(job_id)
+        start = partial(_start_if, worker=worker, now=now)
+        if state.limit_key is None:
+            return self._apply_to(job_id, start)
+        with self._translated(f"start {job_id}"), self._key_locked(f"limit\0{state.limit_key}"):
+            entries = self._scan(claiming=True)
+            fresh = next((e for e in entries if e.id == job_id), None)
+            if fresh is not None and not _room(fresh, self._limits(), _running_by_key(entries)):
+                return Applied(state, [])
+            return self._apply_to(job_id, start)
+
+
+def _start_if(state: JobState, worker: str, now: datetime) -> machine.Change | None:
+    return machine.start(state, worker, now)
+
+
+def _running_by_key(entries: Iterable[_Entry]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for e in entries:
+        if e.limit_key is not None and e.status == Status.RUNNING:
+            counts[e.limit_key] = counts.get(e.limit_key, 0) + 1
+    return counts
+
+
+def _room(entry: _Entry, slots: dict[str, int], used: dict[str, int]) -> bool:
+    """Whether a job of a concurrency key may start (a job with none always may)."""
+    if entry.limit_key is None:
+        return True
+    return used.get(entry.limit_key, 0) < slots.get(entry.limit_key, entry.limit or 1)

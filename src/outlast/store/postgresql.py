@@ -70,6 +70,7 @@ from outlast.store.sql import (
     CLAIM_ORDER,
     LIVE,
     LIVE_STATUSES,
+    ROOM,
     Dialect,
     Row,
     SqlStore,
@@ -86,6 +87,8 @@ from outlast.store.sql import (
 )
 
 SHARDS = 16
+#: The first key of the two-key advisory locks of concurrency keys (its own namespace).
+_LIMIT_LOCKS = 0x4C494D  # "LIM"
 
 
 def dialect(schema: str) -> Dialect:
@@ -97,6 +100,7 @@ def dialect(schema: str) -> Dialect:
         events=f"{s}.events",
         labels=f"{s}.labels",
         schedules=f"{s}.schedules",
+        limits=f"{s}.limits",
         text="text",
         blob="bytea",
         integer="integer",
@@ -278,9 +282,9 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         is taken before it is started (a job whose lock is held is left as it is)."""
         where, params = self._claimable(queues, kinds)
         query = self.dialect.sql(
-            f"SELECT id, doc, seq FROM {{jobs}} WHERE {where}"
-            " AND (run_after IS NULL OR run_after <= ?) AND id <> ALL(?::text[])"
-            f" ORDER BY {CLAIM_ORDER} LIMIT ? FOR UPDATE SKIP LOCKED"
+            f"SELECT id, doc, seq FROM {{jobs}} j WHERE {where}"
+            f" AND (run_after IS NULL OR run_after <= ?) AND {ROOM} AND id <> ALL(?::text[])"
+            f" ORDER BY {CLAIM_ORDER} LIMIT ? FOR UPDATE OF j SKIP LOCKED"
         )
         seen: list[str] = []
         taken: dict[str, Any] = {}
@@ -291,7 +295,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                     want = limit - len(claimed)
                     rows = tx.read(query, (*params, now, seen, want))
                     seen += [r[0] for r in rows]
-                    starts: list[Write] = self._starts(rows, worker, now)
+                    starts: list[Write] = self._starts(tx, rows, worker, now)
                     taken.update(self._try_locks([old.id for old, _, _, _ in starts]))
                     starts = [s for s in starts if s[0].id in taken]
                     if starts:  # journaled in the claim's own transaction
@@ -307,6 +311,14 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                 self._lock_release(job_id, handle)
             raise
         return claimed
+
+    def _slots(self, tx: Any, keys: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
+        """Each key locked for the transaction first (one after the other, in order), so
+        two claimers of one key count one after the other: what the first started is
+        committed, and counted, when the second counts."""
+        for key in keys:
+            tx.read("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LIMIT_LOCKS, key))
+        return super()._slots(tx, keys)
 
     # ------------------------------------------------------------------ attempt journal
     def journal(self, worker: str, label: str) -> Journal:

@@ -71,6 +71,7 @@ class Dialect:
         "integer",
         "jobs",
         "labels",
+        "limits",
         "name",
         "param",
         "schedules",
@@ -88,6 +89,7 @@ class Dialect:
         events: str,
         labels: str,
         schedules: str,
+        limits: str,
         text: str,
         blob: str,
         integer: str,
@@ -99,7 +101,7 @@ class Dialect:
         self.name, self.param = name, param
         #: Table names (PostgreSQL qualifies them with the store's schema).
         self.jobs, self.events, self.labels = jobs, events, labels
-        self.schedules = schedules
+        self.schedules, self.limits = schedules, limits
         #: Column types: text, binary, whole number, time.
         self.text, self.blob, self.integer, self.time_type = text, blob, integer, time_type
         #: Appended to a read-modify-write's select (``FOR UPDATE``; SQLite locks the file).
@@ -112,7 +114,11 @@ class Dialect:
         """``statement`` written with ``?`` placeholders and ``{jobs}``-style table names, in
         this dialect."""
         out = statement.format(
-            jobs=self.jobs, events=self.events, labels=self.labels, schedules=self.schedules
+            jobs=self.jobs,
+            events=self.events,
+            labels=self.labels,
+            schedules=self.schedules,
+            limits=self.limits,
         )
         return out if self.param == "?" else out.replace("?", self.param)
 
@@ -159,7 +165,8 @@ def tables(d: Dialect) -> list[str]:
 def flow_columns(d: Dialect) -> list[str]:
     """What flow control added: ``jobs.priority`` and the ``jobs_due`` index that claims
     read in :data:`CLAIM_ORDER`; ``jobs.retry_of`` (indexed: a job's retries); and
-    ``jobs.unique_key`` with ``jobs_unique``, unique among live jobs."""
+    ``jobs.unique_key`` with ``jobs_unique``, unique among live jobs; ``jobs.limit_key``,
+    ``jobs.limit_slots`` and the ``limits`` table (a key's slots, ``outlast group set``)."""
     return [
         d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN priority {d.integer} NOT NULL DEFAULT 0"),
         d.sql(
@@ -175,6 +182,16 @@ def flow_columns(d: Dialect) -> list[str]:
         d.sql(
             f"CREATE UNIQUE INDEX IF NOT EXISTS jobs_unique ON {{jobs}} (unique_key)"
             f" WHERE unique_key IS NOT NULL AND status IN {LIVE_STATUSES}"
+        ),
+        d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN limit_key {d.text}"),
+        d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN limit_slots {d.integer}"),
+        d.sql(
+            "CREATE INDEX IF NOT EXISTS jobs_holding ON {jobs} (limit_key)"
+            " WHERE status = 'running' AND limit_key IS NOT NULL"
+        ),
+        d.sql(
+            f"CREATE TABLE IF NOT EXISTS {{limits}} (key {d.text} PRIMARY KEY,"
+            f" slots {d.integer} NOT NULL)"
         ),
     ]
 
@@ -217,7 +234,14 @@ _SLIM = (
 _FULL = (
     "UPDATE {jobs} SET status = ?, kind = ?, queue = ?, worker = ?, run_after = ?,"
     " created_at = ?, finished_at = ?, expires_at = ?, priority = ?, retry_of = ?,"
-    " unique_key = ?, doc = ?, seq = ? WHERE id = ?"
+    " unique_key = ?, limit_key = ?, limit_slots = ?, doc = ?, seq = ? WHERE id = ?"
+)
+#: A job of a concurrency key may start while fewer than the key's slots (the ``limits``
+#: table's, else the job's own ``limit``, else 1) of its jobs run (``j`` is the job's row).
+ROOM = (
+    "(j.limit_key IS NULL OR (SELECT count(*) FROM {jobs} r WHERE r.limit_key = j.limit_key"
+    " AND r.status = 'running') < COALESCE((SELECT l.slots FROM {limits} l"
+    " WHERE l.key = j.limit_key), j.limit_slots, 1))"
 )
 #: The order claims take due jobs in (and the ``jobs_due`` index of both engines).
 CLAIM_ORDER = "priority DESC, COALESCE(run_after, created_at), id"
@@ -247,12 +271,14 @@ def insert_sql(d: Dialect, extra: tuple[str, ...], fired: bool = False) -> str:
             "priority",
             "retry_of",
             "unique_key",
+            "limit_key",
+            "limit_slots",
             "doc",
             "id",
             *extra,
         ]
     )
-    marks = ", ".join("?" * (13 + len(extra)))
+    marks = ", ".join("?" * (15 + len(extra)))
     sql = f"INSERT INTO {{jobs}} ({names}) VALUES ({marks})"
     return d.sql(sql + (" ON CONFLICT (id) DO NOTHING" if fired else ""))
 
@@ -313,7 +339,8 @@ class SqlStore(Store):
     # ------------------------------------------------------------------ rows
     def _columns(self, state: JobState) -> tuple[Any, ...]:
         """The queried columns of a job's row: status, kind, queue, worker, run_after,
-        created_at, finished_at, expires_at, priority, retry_of, unique_key."""
+        created_at, finished_at, expires_at, priority, retry_of, unique_key, limit_key,
+        limit_slots."""
         d = self.dialect
         return (
             str(state.status),
@@ -327,6 +354,8 @@ class SqlStore(Store):
             state.priority,
             state.retry_of,
             state.unique_key,
+            state.limit_key,
+            state.limit,
         )
 
     def _insert(self, state: JobState) -> JobState | None:
@@ -463,7 +492,7 @@ class SqlStore(Store):
             if change is None:
                 return Applied(state, [])
             [stored] = self._write(tx, [(state, change.state, rows[0][1], change.events)])
-            tx.wake(job_id, change.claimable)
+            tx.wake(job_id, machine.wakes_pools(state, change))
         return Applied(change.state, stored)
 
     def _apply_many(
@@ -499,7 +528,7 @@ class SqlStore(Store):
                 results.append((change.state, len(writes)))
                 writes.append((state, change.state, seq, change.events))
                 current[job_id] = (change.state, seq + len(change.events))
-                tx.wake(job_id, change.claimable)
+                tx.wake(job_id, machine.wakes_pools(state, change))
             stored = self._write(tx, writes) if writes else []
         return [Applied(state, [] if i is None else stored[i]) for state, i in results]
 
@@ -566,8 +595,9 @@ class SqlStore(Store):
         priority first, then the earliest due); ``LIMIT ?`` last."""
         where, params = self._claimable(queues, kinds)
         sql = (
-            f"SELECT id, doc, seq FROM {{jobs}} WHERE {where}"
-            f" AND (run_after IS NULL OR run_after <= ?) ORDER BY {CLAIM_ORDER} LIMIT ?"
+            f"SELECT id, doc, seq FROM {{jobs}} j WHERE {where}"
+            f" AND (run_after IS NULL OR run_after <= ?) AND {ROOM}"
+            f" ORDER BY {CLAIM_ORDER} LIMIT ?"
         )
         return self.dialect.sql(sql), [*params, self.dialect.time(now)]
 
@@ -576,7 +606,7 @@ class SqlStore(Store):
     ) -> datetime | None:
         where, params = self._claimable(queues, kinds)
         sql = self.dialect.sql(
-            f"SELECT run_after FROM {{jobs}} WHERE {where}"
+            f"SELECT run_after FROM {{jobs}} j WHERE {where} AND {ROOM}"
             " ORDER BY run_after IS NOT NULL, run_after LIMIT 1"
         )
         rows = self._query("next due", sql, params)
@@ -588,23 +618,53 @@ class SqlStore(Store):
         return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
     def _starts(
-        self, rows: Sequence[Row], worker: str, now: datetime, limit: int | None = None
+        self,
+        tx: Tx,
+        rows: Sequence[Row],
+        worker: str,
+        now: datetime,
+        limit: int | None = None,
     ) -> list[Write]:
         """The claims of due rows ``(id, doc, seq)``, at most ``limit``: each job started as
-        ``worker``'s attempt (a corrupt one is skipped with a warning)."""
+        ``worker``'s attempt (a corrupt one is skipped with a warning); a job of a
+        concurrency key only while the key has a free slot (counted in ``tx``)."""
         starts: list[Write] = []
+        states = []
         for job_id, doc, seq in rows:
-            if limit is not None and len(starts) >= limit:
-                break
             try:
-                state = self._decode(job_id, doc)
+                states.append((self._decode(job_id, doc), seq))
             except CorruptJob as exc:
                 log.warning("not claiming a corrupt job: %s", exc)
-                continue
+        keys = sorted({s.limit_key for s, _ in states if s.limit_key is not None})
+        slots, used = self._slots(tx, keys) if keys else ({}, {})
+        for state, seq in states:
+            if limit is not None and len(starts) >= limit:
+                break
+            key = state.limit_key
+            if key is not None:
+                if used.get(key, 0) >= slots.get(key, state.limit or 1):
+                    continue  # the key's slots are taken
+                used[key] = used.get(key, 0) + 1
             change = machine.start(state, worker, now)
             if change is not None:
                 starts.append((state, change.state, seq, change.events))
         return starts
+
+    def _slots(self, tx: Tx, keys: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
+        """The slots set for concurrency ``keys`` (``outlast group set``) and how many jobs of
+        each run now, read in ``tx`` (PostgreSQL locks each key for the transaction first, so
+        two claimers of one key count one after the other)."""
+        d = self.dialect
+        where, params = d.one_of("limit_key", list(keys))
+        sql = (
+            f"SELECT limit_key, count(*) FROM {{jobs}} WHERE status = 'running' AND {where}"
+            " GROUP BY limit_key"
+        )
+        used = {key: int(count) for key, count in tx.read(d.sql(sql), params)}
+        where, params = d.one_of("key", list(keys))
+        sql = f"SELECT key, slots FROM {{limits}} WHERE {where}"
+        slots = {key: int(n) for key, n in tx.read(d.sql(sql), params)}
+        return slots, used
 
     # ------------------------------------------------------------------ removal
     def _remove(self, job_id: str, force: bool) -> None:
@@ -755,6 +815,46 @@ class SqlStore(Store):
     def _schedules_changed(self, tx: Tx, name: str) -> None:
         """Tell the maintainer's change watch (PostgreSQL notifies; the local stores' watch
         sees the file change)."""
+
+    # ------------------------------------------------------------------ concurrency keys
+    def _set_slots(self, key: str, slots: int | None) -> None:
+        d = self.dialect
+        with self._tx(f"slots of {key}") as tx:
+            tx.write(d.sql("DELETE FROM {limits} WHERE key = ?"), (key,))
+            if slots is not None:
+                tx.write(d.sql("INSERT INTO {limits} (key, slots) VALUES (?, ?)"), (key, slots))
+            tx.wake(f"{key}.slots", True)  # a slot may be free now: wake pools
+
+    def _slot_usage(self) -> dict[str, tuple[int | None, int]]:
+        d = self.dialect
+        sql = (
+            "SELECT limit_key, count(*) FROM {jobs} WHERE status = 'running'"
+            " AND limit_key IS NOT NULL GROUP BY limit_key"
+        )
+        running = {k: int(n) for k, n in self._query("slot usage", d.sql(sql))}
+        slots = {
+            k: int(n) for k, n in self._query("slots", d.sql("SELECT key, slots FROM {limits}"))
+        }
+        return {k: (slots.get(k), running.get(k, 0)) for k in sorted({*running, *slots})}
+
+    def _start_one(self, job_id: str, worker: str, now: datetime) -> Applied:
+        d = self.dialect
+        with self._tx(f"start {job_id}") as tx:
+            sql = d.sql(f"SELECT doc, seq FROM {{jobs}} WHERE id = ?{d.for_update}")
+            rows = tx.read(sql, (job_id,))
+            if not rows:
+                raise JobNotFound(f"no job {job_id}")
+            state = self._decode(job_id, rows[0][0])
+            if state.limit_key is not None and state.status == Status.PENDING:
+                slots, used = self._slots(tx, [state.limit_key])
+                if used.get(state.limit_key, 0) >= slots.get(state.limit_key, state.limit or 1):
+                    return Applied(state, [])  # no free slot
+            change = machine.start(state, worker, now)
+            if change is None:
+                return Applied(state, [])
+            [stored] = self._write(tx, [(state, change.state, rows[0][1], change.events)])
+            tx.wake(job_id, False)
+        return Applied(change.state, stored)
 
 
 def _as_time(value: Any) -> datetime | None:

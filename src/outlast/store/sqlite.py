@@ -61,6 +61,7 @@ DIALECT = Dialect(
     events="events",
     labels="labels",
     schedules="schedules",
+    limits="limits",
     text="TEXT",
     blob="BLOB",
     integer="INTEGER",
@@ -294,7 +295,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
             return []
         with self._tx("claim") as tx:
             starts: list[Write] = self._starts(
-                tx.read(sql, (*params, limit * 2)), worker, now, limit
+                tx, tx.read(sql, (*params, limit * 2)), worker, now, limit
             )
             if starts:
                 journal.claimed([(new.id, new.attempts) for _, new, _, _ in starts])

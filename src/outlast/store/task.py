@@ -139,10 +139,10 @@ class Task:
 
     def start(self) -> bool:
         """Move the job from pending to running as this process's attempt (a dedicated worker;
-        pools use :meth:`Store.claim`). Hold the worker lock first. False if not due/pending."""
+        pools use :meth:`Store.claim`). Hold the worker lock first. False if not due/pending,
+        or its concurrency key has no free slot (then look again when jobs change)."""
         self.store._live()
-        who = worker_name()
-        state, events = self.store.apply(self.id, lambda s: machine.start(s, who, utcnow()))
+        state, events = self.store._start_one(self.id, worker_name(), utcnow())
         if not events:
             return False
         self.attempt = state.attempts
