@@ -86,7 +86,7 @@ def test_the_dashboard_follows_a_job_live_and_cancels_it(
     paused = _scenery(http_store)
     job = http_store.create(kind="function", name="video.transcode", labels={"team": "media"})
     worker = start_worker(
-        http_store_url, job.id, "--events", "400", "--interval", "0.05", "--step", "encode"
+        http_store_url, job.id, "--events", "800", "--interval", "0.05", "--step", "encode"
     )
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))

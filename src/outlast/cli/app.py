@@ -204,6 +204,11 @@ def cli() -> None:
 
 @cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("--name", help="A name for the job (default: the command).")
+@click.option(
+    "--group",
+    metavar="NAME",
+    help="Run in a group: waits while its slots (outlast group set) are taken.",
+)
 @click.option("--label", "labels", multiple=True, metavar="K=V", help="Label the job (repeatable).")
 @click.option(
     "--attempts",
@@ -225,6 +230,7 @@ def cli() -> None:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
     name: str | None,
+    group: str | None,
     labels: tuple[str, ...],
     attempts: int,
     grace: float,
@@ -268,6 +274,7 @@ def run(
             priority=priority or 0,
             unique_key=unique_key,
             on_conflict=on_conflict,
+            group=group,
         )
         if as_json:
             _print_job(task.state(), True)
@@ -672,6 +679,16 @@ def job_input_options(fn: F) -> F:
             ),
             click.option("--label", "labels", multiple=True, metavar="K=V", help="Label the job."),
             click.option(
+                "--limit-key",
+                metavar="KEY",
+                help="A concurrency key for this call (default: the job's, from its arguments).",
+            ),
+            click.option(
+                "--limit",
+                type=click.IntRange(1, 100_000),
+                help="Slots of --limit-key: jobs of the key running at once.",
+            ),
+            click.option(
                 "--import",
                 "imports",
                 multiple=True,
@@ -705,6 +722,8 @@ def _create_job(
     priority: int | None = None,
     unique_key: str | None = None,
     on_conflict: str = "return",
+    limit_key: str | None = None,
+    limit: int | None = None,
 ) -> None:
     args = parse_json(args_json, "--args") if args_json is not None else []
     kwargs = parse_json(kwargs_json, "--kwargs") if kwargs_json is not None else {}
@@ -741,7 +760,11 @@ def _create_job(
         "priority": priority,
         "unique_key": unique_key,
         "on_conflict": on_conflict,
+        "limit_key": limit_key,
+        "limit": limit,
     }
+    if limit is not None and limit_key is None and spec.limit_key is None:
+        raise click.UsageError("--limit needs --limit-key (or a job declared with limit_key=)")
     with _open(store_url, create=True) as store:
         if detach:
             task = spawn_job(store, spec, args, kwargs, **options)
@@ -1072,6 +1095,47 @@ def schedule_run_now(name: str, as_json: bool, store_url: str | None) -> None:
         _print_job(job, True)
     else:
         click.echo(job.id)
+
+
+@cli.group()
+def group() -> None:
+    """Concurrency keys: pueue-style groups of commands (outlast run --group NAME) and the
+    limit keys of function jobs. A key's slots are how many of its jobs run at once."""
+
+
+@group.command(name="set")
+@click.argument("name")
+@click.option("--slots", type=click.IntRange(1, 100_000), help="Jobs of NAME running at once.")
+@click.option("--unset", is_flag=True, help="Forget NAME's slots (each job's own limit, else 1).")
+@store_option
+def group_set(name: str, slots: int | None, unset: bool, store_url: str | None) -> None:
+    """Set how many jobs of the group (or limit key) NAME run at once."""
+    if (slots is None) == (not unset):
+        raise click.UsageError("give --slots N or --unset")
+    with _open(store_url, create=True) as store:
+        store.set_slots(name, None if unset else slots)
+    click.echo(f"{name}: {'slots unset' if unset else f'{slots} slot(s)'}")
+
+
+@group.command(name="ls")
+@json_option
+@store_option
+def group_ls(as_json: bool, store_url: str | None) -> None:
+    """Groups and limit keys: their slots and the jobs running now."""
+    with _open(store_url) as store:
+        usage = store.slots()
+    docs = [{"name": k, "slots": s, "running": r} for k, (s, r) in usage.items()]
+    if as_json:
+        click.echo(render.dumps({"groups": docs}))
+        return
+    if not docs:
+        click.echo("no groups")
+        return
+    width = max(4, *(len(str(d["name"])) for d in docs))
+    click.echo(f"{'NAME':<{width}}  SLOTS  RUNNING")
+    for d in docs:
+        slots = "-" if d["slots"] is None else str(d["slots"])
+        click.echo(f"{d['name']:<{width}}  {slots:<5}  {d['running']}")
 
 
 @cli.command()

@@ -114,6 +114,9 @@ def job_text(doc: dict[str, Any]) -> str:
         rows.append(("unique key", doc["unique_key"]))
     if doc.get("retry_of"):
         rows.append(("retry of", doc["retry_of"]))
+    if doc.get("limit_key") is not None:
+        slots = f" (its own limit {doc['limit']})" if doc.get("limit") else ""
+        rows.append(("limit key", f"{doc['limit_key']}{slots}"))
     if doc.get("question") is not None and doc["status"] == "paused":
         rows.append(("question", json.dumps(doc["question"], ensure_ascii=False)))
     if doc.get("answer") is not None:

@@ -186,6 +186,8 @@ def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
             priority=body.priority,
             unique_key=body.unique_key,
             on_conflict=body.on_conflict,
+            limit_key=body.limit_key,
+            limit=body.limit,
         )
         status = 200 if task.existing else 201  # 200: the live job that holds the key
         return _doc(store.get(task.id), status, {"Location": f"/jobs/{task.id}"})

@@ -52,6 +52,10 @@ class CreateJob(Strict):
     on_conflict: Literal["return", "raise"] = Field(
         default="return", description="raise: a live job holding unique_key is a 409"
     )
+    limit_key: str | None = Field(
+        default=None, max_length=200, description="a concurrency key (default: the job's)"
+    )
+    limit: int | None = Field(default=None, ge=1, le=100_000, description="its slots")
 
 
 class BulkAction(Strict):
@@ -152,6 +156,8 @@ class JobDocument(BaseModel):
     fired: FiredDoc | None
     retry_of: str | None
     unique_key: str | None
+    limit_key: str | None
+    limit: int | None
     pid: int | None
     pid_started_at: str | None
     worker: str | None

@@ -81,6 +81,8 @@ class Job(JobSpec):
         unique_key: str | None = None,
         on_conflict: str = "return",
         connection: Any = None,
+        limit_key: str | None = None,
+        limit: int | None = None,
     ) -> Options:
         """This job with options for one call: ``job.options(delay="10m").submit(x)``.
 
@@ -95,6 +97,8 @@ class Job(JobSpec):
         options = Options(self, delay, at, timeout, keep, queue, labels, attempts, priority)
         options.unique_key, options.on_conflict = unique_key, on_conflict
         options.connection = connection
+        machine.check_limit(limit_key, limit)
+        options.limit_key, options.limit = limit_key, limit
         return options
 
 
@@ -118,6 +122,8 @@ class Options:
         self.unique_key: str | None = None
         self.on_conflict = "return"
         self.connection: Any = None
+        self.limit_key: str | None = None
+        self.limit: int | None = None
         self.run_after, self.past = when.due_time(delay, at)
         self.timeout = None if timeout is None else when.parse_duration(timeout, "timeout")
         self.keep = None if keep is None else when.parse_duration(keep, "keep")
@@ -134,6 +140,8 @@ class Options:
             "priority": self.priority,
             "unique_key": self.unique_key,
             "on_conflict": self.on_conflict,
+            "limit_key": self.limit_key,
+            "limit": self.limit,
         }
 
     def submit(self, *args: Any, **kwargs: Any) -> Task:
@@ -171,6 +179,8 @@ def job(
     misfire: str = "once",
     overlap: bool = True,
     priority: int = 0,
+    limit: int | None = None,
+    limit_key: str | None = None,
 ) -> Callable[[Callable[..., Any]], Job]:
     """Register a function as a job: ``@outlast.job(name="resize", attempts=3)``.
 
@@ -178,6 +188,9 @@ def job(
     a JSON result; inside it, :func:`outlast.current` gives the reporter, the answer after a
     resume and cooperative cancel checks. ``timeout`` (seconds or ``"10m"``): each attempt
     is stopped then, with code ``timeout``. ``priority``: higher goes first (default 0).
+    ``limit_key="tenant:{tenant_id}"`` (formatted with each call's arguments) and
+    ``limit=2``: at most 2 jobs of one key run at once, across all pools and hosts
+    (``outlast group set KEY --slots N`` overrides the number for a key).
 
     ``cron="0 3 * * *"`` (with ``tz="Europe/Berlin"``) or ``every="10m"`` also declares a
     schedule of the same name that calls the function with no arguments; a pool (or
@@ -190,6 +203,9 @@ def job(
     seconds = None if timeout is None else when.parse_duration(timeout, "timeout")
     registry.check_options(attempts, seconds, queue)
     machine.check_priority(priority)
+    if limit is not None and limit_key is None:
+        raise InvalidInput("limit= needs limit_key=: what is limited, e.g. 'tenant:{tenant_id}'")
+    machine.check_limit(limit_key, limit)
     declared = None
     if cron is not None or every is not None:
         from outlast import cron as rules
@@ -209,7 +225,17 @@ def job(
         if not callable(fn) or isinstance(fn, type):
             raise InvalidInput("@outlast.job decorates a function")
         spec_name = name or f"{fn.__module__}.{fn.__qualname__}"
-        spec = Job(spec_name, fn, attempts, seconds, queue, schedule=declared, priority=priority)
+        spec = Job(
+            spec_name,
+            fn,
+            attempts,
+            seconds,
+            queue,
+            schedule=declared,
+            priority=priority,
+            limit_key=limit_key,
+            limit=limit,
+        )
         registry.register(spec)
         return spec
 
@@ -311,6 +337,8 @@ def create_job(
     unique_key: str | None = None,
     on_conflict: str = "return",
     connection: Any = None,
+    limit_key: str | None = None,
+    limit: int | None = None,
 ) -> Task:
     """Record a pending function (or pipeline) job with its JSON arguments.
 
@@ -320,7 +348,8 @@ def create_job(
     override the job's own. ``keep``: seconds the finished job is kept. ``unique_key``: see
     :meth:`Store.create` (a live job that holds it is returned, or ``DuplicateJob``).
     ``connection`` (PostgreSQL): a psycopg connection whose open transaction the job is
-    inserted in; it exists only if that transaction commits.
+    inserted in; it exists only if that transaction commits. ``limit_key``, ``limit``: a
+    concurrency key for this call (default: the job's template, formatted with the call).
     """
     spec = _spec(job)
     args, kwargs = list(args), dict(kwargs or {})  # checked (JSON) and frozen by the store
@@ -352,6 +381,10 @@ def create_job(
         unique_key=unique_key,
         on_conflict=on_conflict,
         connection=connection,
+        limit_key=limit_key
+        if limit_key is not None
+        else registry.limit_key_of(spec, args, kwargs, payload),
+        limit=limit if limit is not None else spec.limit,
     )
 
 
@@ -399,6 +432,8 @@ def spawn_job(
     priority: int | None = None,
     unique_key: str | None = None,
     on_conflict: str = "return",
+    limit_key: str | None = None,
+    limit: int | None = None,
 ) -> Task:
     """Create a job of ``job`` in the reserved ``@dedicated`` queue (pools never claim it)
     and start its dedicated detached worker (which waits for ``run_after``, if given)."""
@@ -423,6 +458,8 @@ def spawn_job(
         priority=priority,
         unique_key=unique_key,
         on_conflict=on_conflict,
+        limit_key=limit_key,
+        limit=limit,
     )
     if not task.existing:  # a live job that holds the unique key has its worker
         _start(task, lambda: spawner.spawn_dedicated(store, task.id))
@@ -446,8 +483,13 @@ def run_command(
     priority: int = 0,
     unique_key: str | None = None,
     on_conflict: str = "return",
+    group: str | None = None,
 ) -> Task:
     """Run ``argv`` as a detached command job and return its task at once.
+
+    ``group``: a pueue-style group (a concurrency key): the job waits ``pending`` while the
+    group's slots (``outlast group set NAME --slots N``; 1 by default) are all taken, and its
+    supervisor starts it when one frees.
 
     ``delay`` (seconds, ``"15m"``) or ``at`` (an aware time, ISO 8601 text): the
     supervisor starts now and waits for that time (a time already past runs now).
@@ -490,6 +532,7 @@ def run_command(
             priority=priority,
             unique_key=unique_key,
             on_conflict=on_conflict,
+            limit_key=group,
         )
     except BaseException:
         with contextlib.suppress(OSError):

@@ -23,7 +23,7 @@ from outlast.errors import OutlastError, WorkerLockHeld
 from outlast.model import ErrorCode, ErrorInfo, JobState, Status
 from outlast.run import context, procs
 from outlast.run.execute import execute
-from outlast.store import Store, Task, open_store, wait_until_due
+from outlast.store import Store, Task, open_store, start_when_free, wait_until_due
 
 #: Seconds between SIGTERM and SIGKILL of what a timed-out job started, unless it says.
 DEFAULT_GRACE = 10.0
@@ -39,7 +39,7 @@ def run_dedicated(store: Store, job_id: str) -> None:
     procs.become_subreaper()
     while True:
         state = wait_until_due(store, job_id)
-        if state is None or not task.start():
+        if state is None or not start_when_free(store, task, state):
             return
         assert task.attempt is not None
         done = threading.Event()

@@ -195,6 +195,9 @@ class Maintainer:
             if overdue <= 0:
                 later.append(-overdue)
                 continue
+            if self.store.worker_holds(state.id):  # waiting for a slot of its key
+                later.append(STRAYS_EVERY)
+                continue
             try:
                 after = reap.reconcile(self.store, state)
             except Exception as exc:

@@ -34,7 +34,7 @@ STRANDED_AFTER = 5.0
 def reconcile(store: Store, state: JobState) -> JobState:
     """Return the job's true state, reconciling it first if its worker is gone (or, for a
     command or spawned job, never took it: see :data:`STRANDED_AFTER`)."""
-    if _stranded(state):
+    if _stranded(state) and not store.worker_holds(state.id):
         log.warning("job %s: its worker never started it; starting another", state.id)
         return _restart(store, state)
     if not store.abandoned(state):

@@ -43,6 +43,10 @@ class JobSpec:
     cleanup: tuple[str, ...] = ()
     #: Its jobs' priority (higher first), unless a call says otherwise.
     priority: int = 0
+    #: A concurrency key template, formatted with the call's arguments (a pipeline's: its
+    #: payload), e.g. ``"tenant:{tenant_id}"``; and the key's slots. None: unlimited.
+    limit_key: str | None = None
+    limit: int | None = None
     #: Declared schedule options (``cron_expr``, ``every``, ``tz``, …) from
     #: ``@outlast.job(cron=…)``, stored by the pools that import the module; else None.
     schedule: dict[str, Any] | None = None
@@ -116,3 +120,37 @@ def import_modules(modules: list[str]) -> None:
             importlib.import_module(module)
         except ImportError as exc:
             raise InvalidInput(f"cannot import {module!r}: {exc}") from exc
+
+
+def limit_key_of(
+    spec: JobSpec, args: list[Any], kwargs: dict[str, Any], payload: Any
+) -> str | None:
+    """The job's concurrency key for one call: its template formatted with the call's
+    arguments by name (a pipeline's: its payload's keys); InvalidInput naming what is
+    missing."""
+    template = spec.limit_key
+    if template is None:
+        return None
+    if spec.kind == "pipeline":
+        values = dict(payload or {})
+    else:
+        import inspect
+
+        try:
+            bound = inspect.signature(spec.fn).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidInput(f"job {spec.name!r}: {exc}") from None
+        except ValueError:  # no signature to read (a builtin): keyword arguments only
+            values = dict(kwargs)
+        else:
+            bound.apply_defaults()
+            values = dict(bound.arguments)
+    try:
+        return template.format(**values)
+    except (KeyError, IndexError) as exc:
+        raise InvalidInput(
+            f"job {spec.name!r}: its limit_key {template!r} names {exc}, which the call does "
+            "not give"
+        ) from None
+    except ValueError as exc:
+        raise InvalidInput(f"job {spec.name!r}: bad limit_key {template!r}: {exc}") from None

@@ -41,7 +41,7 @@ from outlast.model import ErrorCode, ErrorInfo, JobState, Status, format_time, u
 from outlast.run import procs
 from outlast.run.logs import LogWriter
 from outlast.run.spawn import load_context
-from outlast.store import Store, Task, open_store, wait_until_due
+from outlast.store import Store, Task, open_store, start_when_free, wait_until_due
 
 #: Seconds between SIGTERM and SIGKILL for a job that does not say (``JobState.grace``).
 DEFAULT_GRACE = 10.0
@@ -341,7 +341,7 @@ def supervise(store: Store, job_id: str) -> int:
     try:
         while True:
             state = wait_until_due(store, job_id)
-            if state is None or not task.start():
+            if state is None or not start_when_free(store, task, state):
                 return 0
             if _attempt(store, task, state, log) != Status.PENDING:
                 return 0

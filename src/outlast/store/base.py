@@ -317,6 +317,11 @@ class Store(abc.ABC):
             return not self._lock_held(state.id) and not self._worker_alive(state.worker)
         return False
 
+    def worker_holds(self, job_id: str) -> bool:
+        """Whether a live process holds the job's worker lock (a supervisor or dedicated
+        worker waiting for the job's time, or for a slot of its concurrency key)."""
+        return self._lock_held(check_id(job_id))
+
     def reconcile(self, state: JobState) -> JobState:
         """Turn an abandoned job into its true state (``pending`` to retry, or ``failed``).
 
