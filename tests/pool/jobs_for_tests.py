@@ -183,3 +183,13 @@ def time_left() -> Any:
         "left": ctx.time_left(),
         "deadline": None if ctx.deadline is None else str(ctx.deadline),
     }
+
+
+@outlast.job(name="pt.limited", limit=2, limit_key="tenant:{tenant}", attempts=3)
+def limited(path: str, tenant: str, sleep: float = 0.05) -> None:
+    """Mark its start and end in ``path`` (``+ id`` / ``- id``): at most 2 of one tenant run
+    at once, whichever pools run them."""
+    job_id = outlast.current().job_id
+    append(path, f"+ {job_id}")
+    time.sleep(sleep)
+    append(path, f"- {job_id}")
