@@ -40,10 +40,15 @@ def temp_store(kind: str, pg_url: str | None = None) -> Store:
 
 
 def populate(
-    store: Store, n: int, status: str = "succeeded", priorities: list[int] | None = None
+    store: Store,
+    n: int,
+    status: str = "succeeded",
+    priorities: list[int] | None = None,
+    limit_keys: list[str | None] | None = None,
 ) -> None:
     """Put ``n`` jobs in the store quickly (bulk, bypassing per-job fsyncs): a fixture only.
-    ``priorities``: each job's, chosen at random from the list."""
+    ``priorities``, ``limit_keys``: each job's, chosen at random from the list (a job with
+    a key gets 2 slots)."""
     import random
 
     now = utcnow()
@@ -59,6 +64,11 @@ def populate(
         )
         for _ in range(n)
     ]
+    if limit_keys:
+        states = [
+            s.evolve(limit_key=key, limit=None if key is None else 2)
+            for s, key in ((s, random.choice(limit_keys)) for s in states)
+        ]
     url = store.url
     if url.startswith("sqlite://"):
         from outlast import codec
@@ -66,8 +76,8 @@ def populate(
         with store._tx("populate") as tx:  # type: ignore[attr-defined]
             tx.write_many(
                 "INSERT INTO jobs (status, kind, queue, worker, run_after, created_at,"
-                " finished_at, expires_at, priority, doc, id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " finished_at, expires_at, priority, retry_of, unique_key, limit_key,"
+                " limit_slots, doc, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(*store._columns(s), codec.encode(s), s.id) for s in states],  # type: ignore[attr-defined]
             )
         return

@@ -410,6 +410,7 @@ function renderJob(job) {
   }
   if (job.keep !== null && job.keep !== undefined) meta.push(["kept", `${job.keep}s after it finishes`]);
   if (job.unique_key !== null && job.unique_key !== undefined) meta.push(["unique key", h("code", {}, job.unique_key)]);
+  if (job.limit_key) meta.push(["limit key", h("code", {}, job.limit_key + (job.limit ? ` (${job.limit} at once)` : ""))]);
   if (job.retry_of) meta.push(["retry of", h("a", { class: "mono", href: `#/jobs/${encodeURIComponent(job.retry_of)}` }, job.retry_of)]);
   if (S.retries && S.retries.id === job.id && S.retries.jobs.length) {
     meta.push(["retried as", h("span", {}, ...S.retries.jobs.flatMap((id, i) => [i ? " " : "", h("a", { class: "mono", href: `#/jobs/${encodeURIComponent(id)}` }, id)]))]);
