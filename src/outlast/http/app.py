@@ -6,7 +6,8 @@ Routes (DESIGN.md, "HTTP edge"): ``GET /healthz``; ``GET /jobs`` (newest first, 
 ``POST /jobs/{id}/resume``; ``DELETE /jobs/{id}``; ``GET /jobs/{id}/log`` (the log's tail);
 ``GET /jobs/{id}/events`` and ``GET /events`` (Server-Sent Events, see :mod:`.sse`);
 ``GET /schedules``, ``GET /schedules/{name}``, ``POST /schedules/{name}/pause|resume|run``,
-``DELETE /schedules/{name}``; ``GET /``, the dashboard. Every answer is JSON (errors:
+``DELETE /schedules/{name}``; ``GET /groups``, ``PUT /groups/{name}``; ``GET /``, the
+dashboard. Every answer is JSON (errors:
 ``{"error", "detail"}``), except the log (text), the streams and the dashboard.
 
 The edge holds no business rules: each route parses its input, calls the store or the run
@@ -38,6 +39,8 @@ from outlast.http.schemas import (
     BulkResult,
     CreateJob,
     ErrorBody,
+    Group,
+    GroupPage,
     Health,
     JobDocument,
     JobPage,
@@ -45,6 +48,7 @@ from outlast.http.schemas import (
     Retries,
     ScheduleDocument,
     SchedulePage,
+    SetSlots,
 )
 from outlast.model import JobState, Status
 from outlast.run import api, reap, schedules
@@ -250,7 +254,7 @@ def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
 
 
 def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
-    """Retry of finished jobs, and bulk retry, cancel and delete."""
+    """Retry of finished jobs; bulk retry, cancel and delete; concurrency keys' slots."""
     routes = APIRouter(tags=["jobs"])
 
     @routes.post(
@@ -288,6 +292,24 @@ def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
         job that is not finished); the finished job stays as it was."""
         [task] = api.retry([job_id], store=store)
         return _doc(store.get(task.id), 201, {"Location": f"/jobs/{task.id}"})
+
+    @routes.get("/groups", response_model=GroupPage, tags=["groups"], responses=_errors(*denied))
+    def list_groups() -> Response:
+        """Concurrency keys (command groups, limit keys): their slots and running jobs."""
+        docs = [{"name": k, "slots": n, "running": r} for k, (n, r) in store.slots().items()]
+        return JSONResponse({"groups": docs})
+
+    @routes.put(
+        "/groups/{name}",
+        response_model=Group,
+        tags=["groups"],
+        responses=_errors(400, 413, 422, *denied),
+    )
+    def set_group(name: Annotated[str, FastPath(max_length=200)], body: SetSlots) -> Response:
+        """Set (or, with null, unset) how many jobs of the key run at once."""
+        store.set_slots(name, body.slots)
+        slots, running = store.slots().get(name, (body.slots, 0))
+        return JSONResponse({"name": name, "slots": slots, "running": running})
 
     @routes.get(
         "/jobs/{job_id}/retries",

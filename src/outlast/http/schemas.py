@@ -69,6 +69,24 @@ class BulkAction(Strict):
     dry_run: bool = False
 
 
+class Group(BaseModel):
+    """A concurrency key: its slots (null: unset) and the jobs of it running now."""
+
+    name: str
+    slots: int | None
+    running: int
+
+
+class GroupPage(BaseModel):
+    groups: list[Group]
+
+
+class SetSlots(Strict):
+    """How many jobs of the key run at once; null unsets (each job's own limit, else 1)."""
+
+    slots: int | None = Field(ge=1, le=100_000)
+
+
 class Retries(BaseModel):
     """The ids of the jobs that retry a job, oldest first."""
 
