@@ -143,11 +143,20 @@ def status(argv: list[str]) -> int | None:
 
 
 def _retries(url: str, job_id: str) -> list[str] | None:
-    """The jobs that retry ``job_id`` (SQLite: one indexed query); None where only the full
-    path can tell (the files store would scan every job)."""
+    """The jobs that retry ``job_id`` (SQLite: one indexed query; files: its ``.retries``
+    list); None where only the full path can tell."""
     from outlast.paths import normalize_store_url
 
     scheme, path = normalize_store_url(url)
+    if scheme == "files":
+        try:
+            with open(os.path.join(path, f"{job_id}.retries"), "rb") as handle:
+                listed = handle.read().decode("utf-8", "replace").split()
+        except FileNotFoundError:
+            return []
+        if not all(set(i) <= _ID_CHARS for i in listed):
+            return None
+        return [i for i in listed if os.path.exists(os.path.join(path, f"{i}.json"))]
     if scheme != "sqlite":
         return None
     import sqlite3

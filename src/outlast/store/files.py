@@ -4,6 +4,7 @@ Layout of the store folder (0700; every file 0600)::
 
     <id>.json           the job document, exactly ``JobState.to_dict()``
     <id>.events.jsonl   its events, one ``ProgressEvent.to_dict()`` per line, seq 1, 2, 3…
+    <id>.retries        the ids of the jobs that retry it, one a line (``outlast retry``)
     <id>.lock           short flock taken (blocking) for every read-modify-write of the job
     <id>.worker.lock    the lifetime worker lock (:mod:`outlast.store.locks`)
     .outlast/locks/     the liveness lock of each worker process (``host:pid``)
@@ -303,6 +304,16 @@ class FilesStore(_local.LocalStore):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._file(state.id, ".events.jsonl"))
             self._write_state(state)
+        if state.retry_of is not None:  # the old job's list of its retries (one append)
+            fd = os.open(
+                self._file(state.retry_of, ".retries"),
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                0o600,
+            )
+            try:
+                _write_all(fd, f"{state.id}\n".encode())
+            finally:
+                os.close(fd)
 
     @contextlib.contextmanager
     def _key_locked(self, key: str) -> Iterator[None]:
@@ -332,9 +343,15 @@ class FilesStore(_local.LocalStore):
         return None
 
     def _retries_of(self, job_id: str) -> list[str]:
+        """From ``<id>.retries``, the ids of its retries as they were made (those since
+        deleted left out)."""
         with self._translated(f"retries of {job_id}"):
-            entries = [e for e in self._scan() if e.retry_of == job_id]
-        return [e.id for e in sorted(entries, key=lambda e: (e.created_at, e.id))]
+            try:
+                _, raw = _slurp(self._file(job_id, ".retries"))
+            except FileNotFoundError:
+                return []
+            ids = [i for i in raw.decode("utf-8", "replace").split() if _is_job_id(i)]
+            return [i for i in ids if self._file(i, ".json").exists()]
 
     def _read(self, job_id: str) -> JobState:
         with self._translated(f"read {job_id}"):
@@ -460,8 +477,9 @@ class FilesStore(_local.LocalStore):
                     raise JobActive(f"job {job_id} is {status}; {why}")
             os.unlink(self._file(job_id, ".json"))
             self._sync_dir()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._file(job_id, ".events.jsonl"))
+            for suffix in (".events.jsonl", ".retries"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._file(job_id, suffix))
             self.parts.forget(job_id)
             self._marks.pop(job_id, None)
             self._scanned.pop(job_id, None)
