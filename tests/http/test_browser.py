@@ -193,6 +193,7 @@ def test_the_schedules_page_shows_next_runs_and_acts(
     delayed = store.create(
         kind="function", name="emails.reminder", run_after=datetime.now(UTC) + timedelta(hours=2)
     )
+    store.set_slots("gpu", 2)
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
     page.on("response", lambda response: _response(response, problems))
@@ -207,6 +208,9 @@ def test_the_schedules_page_shows_next_runs_and_acts(
     assert "cron 0 3 * * * (Europe/Berlin)" in text and "./backup.sh --all" in text
     assert "not yet" in text and re.search(r"in \d+h", text), text
     assert "every 7d" in page.locator('tr[data-id="weekly-report"]').inner_text()
+    gpu = page.locator('#groups tr[data-id="gpu"]')
+    gpu.wait_for()
+    assert gpu.inner_text().split() == ["gpu", "2", "0"]
     page.screenshot(path=str(tmp_path / "dashboard-schedules.png"))
 
     nightly.get_by_role("button", name="Pause").click()

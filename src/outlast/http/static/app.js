@@ -658,8 +658,21 @@ function scheduleRow(s) {
     h("td", { class: "c-actions" }, toggle, runNow));
 }
 
+async function loadGroups() {
+  const page = await api("groups");
+  $("groups-card").hidden = page.groups.length === 0;
+  $("groups").replaceChildren(
+    ...page.groups.map((g) =>
+      h("tr", { "data-id": g.name },
+        h("td", {}, h("code", {}, g.name)),
+        h("td", {}, g.slots === null ? h("span", { class: "muted", title: "each job's own limit, else 1" }, "—") : String(g.slots)),
+        h("td", {}, String(g.running)))),
+  );
+}
+
 async function loadSchedules() {
   try {
+    await loadGroups();
     const page = await api("schedules");
     const rows = page.schedules.map(scheduleRow);
     $("schedules").replaceChildren(...rows);
