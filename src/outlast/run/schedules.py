@@ -10,7 +10,6 @@ the saved folder if it exists there, and that host's environment).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -34,12 +33,7 @@ def _context_path(store: Store, name: str) -> str:
 def save_context(store: Store, name: str, cwd: str, env: Mapping[str, str]) -> None:
     """Keep the folder and environment a command schedule's jobs run with (0600: an
     environment can hold secrets, so it stays out of the schedule's document)."""
-    path = _context_path(store, name)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump({"cwd": cwd, "env": dict(env)}, handle)
-    os.replace(tmp, path)
+    os.replace(spawn.write_context(store, cwd, dict(env)), _context_path(store, name))
 
 
 def forget_context(store: Store, name: str) -> None:
@@ -63,17 +57,10 @@ def start_workers(store: Store, jobs: Sequence[JobState]) -> None:
 
 
 def job_context(path: str) -> tuple[str | None, dict[str, str] | None]:
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None, None
-    cwd, env = data.get("cwd"), data.get("env")
-    if not (isinstance(cwd, str) and os.path.isdir(cwd)):
-        cwd = None
-    if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
-        env = None
-    return cwd, env
+    """A schedule's saved ``(cwd, env)``; a folder that is not there (another host) is
+    None: the job runs where its supervisor is started."""
+    cwd, env = spawn.read_context(path)
+    return (cwd if cwd is not None and os.path.isdir(cwd) else None), env
 
 
 def fire_due(store: Store) -> list[JobState]:

@@ -68,8 +68,14 @@ def adopt_context(store: Store, written: str, job_id: str) -> None:
 
 def load_context(store: Store, job_id: str) -> tuple[str | None, dict[str, str] | None]:
     """The saved ``(cwd, env)`` of a command job, or ``(None, None)``."""
+    return read_context(context_path(store, job_id))
+
+
+def read_context(path: str) -> tuple[str | None, dict[str, str] | None]:
+    """The ``(cwd, env)`` saved at ``path`` (by :func:`write_context`), each None when
+    missing or malformed."""
     try:
-        with open(context_path(store, job_id)) as handle:
+        with open(path) as handle:
             data = json.load(handle)
     except (OSError, ValueError):
         return None, None
