@@ -29,9 +29,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from outlast.store import Journal, Store
+    from outlast.store import Journal
 
 
 def main(argv: list[str]) -> int:
@@ -55,6 +53,7 @@ def main(argv: list[str]) -> int:
     from outlast.errors import CorruptJob
     from outlast.run import context, registry
     from outlast.run.execute import run_attempt
+    from outlast.run.procs import patiently
     from outlast.store import open_store
 
     pool, token, alive = json.loads(argv[2])
@@ -63,7 +62,7 @@ def main(argv: list[str]) -> int:
         os.register_at_fork(after_in_child=partial(_close, alive))
     context.install_cancel_handler()
     registry.import_modules(argv[3:])
-    store = _open(open_store, argv[1])
+    store = patiently(lambda: open_store(argv[1]))
     journal = store.journal(pool, f"{token}+{os.getpid()}")
     try:
         conn.send("ready")
@@ -93,25 +92,6 @@ def main(argv: list[str]) -> int:
             conn.send(outcome)
         except OSError:
             return 1  # the pool died meanwhile: its jobs are for whoever reconciles them
-
-
-def _open(open_store: Callable[[str], Store], url: str) -> Store:
-    """The store, tried again with backoff while it fails (a database restarting as the pool
-    starts this process), for less than the minute the pool waits for it."""
-    import random
-    import time
-
-    from outlast.errors import StoreError
-
-    delay, deadline = 0.1, time.monotonic() + 45
-    while True:
-        try:
-            return open_store(url)
-        except StoreError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(2.0, delay * 2)
 
 
 def _start(journal: Journal, key: tuple[str, int], pool_pid: int) -> bool:

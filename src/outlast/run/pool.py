@@ -446,7 +446,8 @@ class Pool:
             if self.burst:  # jobs of dead workers first: a burst run may end before a sweep
                 self.maintainer.ready.wait(10.0)
         try:
-            with self.store.listen(None, queue=True) as listener:
+            listener = procs.patiently(lambda: self.store.listen(None, queue=True))
+            with listener:
                 self._loop(listener)
         finally:
             if self.maintainer is not None:
@@ -590,7 +591,8 @@ def serve_forever(
     from outlast.run.registry import import_modules
 
     import_modules(imports)
-    with open_store(url) as store:
+    # a database restarting as the pool starts is waited out, as its job processes do
+    with procs.patiently(lambda: open_store(url)) as store:
         from outlast.run.schedules import sync_declared
 
         sync_declared(store)  # @outlast.job(cron=…) of the modules it imported

@@ -17,10 +17,13 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
+
+T = TypeVar("T")
 
 START_TOLERANCE = 0.01  # seconds; both sides read the same kernel value through psutil
 
@@ -180,3 +183,23 @@ def kill_tree(pid: int) -> None:
     for proc in found:
         with contextlib.suppress(psutil.Error, ProcessLookupError):
             proc.kill()
+
+
+def patiently(make: Callable[[], T], patience: float = 45.0) -> T:
+    """``make()``, tried again with backoff and jitter while the store fails (a database
+    restarting as a pool or its job process starts), for up to ``patience`` seconds (less
+    than the minute a pool waits for a job process)."""
+    import random
+    import time
+
+    from outlast.errors import StoreError
+
+    delay, deadline = 0.1, time.monotonic() + patience
+    while True:
+        try:
+            return make()
+        except StoreError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(2.0, delay * 2)
