@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         ScheduleExists,
         ScheduleNotFound,
         StoreError,
+        TimedOut,
         WorkerLockHeld,
     )
     from outlast.model import (
@@ -37,7 +38,18 @@ if TYPE_CHECKING:
         Status,
     )
     from outlast.pipeline import Pipeline, Stage, poll
-    from outlast.run.api import Job, Options, job, run_command, schedule, spawn, submit, use_store
+    from outlast.run.api import (
+        Job,
+        Options,
+        aspawn,
+        asubmit,
+        job,
+        run_command,
+        schedule,
+        spawn,
+        submit,
+        use_store,
+    )
     from outlast.run.context import JobContext, current
     from outlast.run.registry import JobSpec
     from outlast.store import Reporter, Store, Task, open_store
@@ -47,13 +59,13 @@ _LAZY = {
     "outlast.errors": (
         "Canceled CorruptJob DuplicateJob Fail InvalidInput InvalidJobId InvalidTransition "
         "JobActive JobNotFound OutlastError Pause PollTimeout ScheduleExists ScheduleNotFound "
-        "StoreError WorkerLockHeld"
+        "StoreError TimedOut WorkerLockHeld"
     ),
     "outlast.model": "ErrorInfo EventStatus JobState Kind ProgressEvent Schedule Status",
     "outlast.pipeline": "Pipeline Stage poll",
     "outlast.store": "Reporter Store Task open_store",
     "outlast.run.registry": "JobSpec",
-    "outlast.run.api": "Job Options job run_command schedule spawn submit use_store",
+    "outlast.run.api": "Job Options aspawn asubmit job run_command schedule spawn submit use_store",
     "outlast.run.context": "JobContext current",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
@@ -108,8 +120,11 @@ __all__ = [
     "Store",
     "StoreError",
     "Task",
+    "TimedOut",
     "WorkerLockHeld",
     "__version__",
+    "aspawn",
+    "asubmit",
     "current",
     "job",
     "open_store",

@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from outlast.errors import InvalidInput, JobNotFound
 from outlast.ids import check_id
 from outlast.model import JSON, EventStatus, JobState, ProgressEvent
-from outlast.store import Follower, Listener, Store, follow
+from outlast.store import Follower, Store, follow
+from outlast.store.aio import AsyncListener, alisten
 
-#: Seconds between polls of a store whose listener has no fd to wait on.
-POLL = 0.02
 #: Seconds a quiet subscription waits before it re-checks that the job's worker still lives.
 RECHECK = 1.0
 
@@ -99,107 +98,6 @@ class Bus(abc.ABC):
 
 
 # --------------------------------------------------------------------------- the store
-class AsyncListener:
-    """An asyncio view of a store :class:`~outlast.store.Listener`: ``await wait(timeout)``.
-
-    With an fd, the loop watches it (``add_reader``) and drains it on readiness; without one,
-    ``wait`` is a short sleep and the caller re-checks. As with the listener itself: create it,
-    check your condition, then wait — a change in between is not lost. ``close`` is synchronous
-    so it can run in a ``finally`` of a cancelled task.
-    """
-
-    def __init__(self, listener: Listener, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._listener = listener
-        self._loop = loop or asyncio.get_running_loop()
-        self._ready = asyncio.Event()
-        self._fd: int | None = None
-        self._draining = False
-        self._closed = False
-        self._watch()
-
-    def _watch(self) -> None:
-        """Watch the listener's current fd (a PostgreSQL listener gets a new one when it
-        reconnects, and has none while the server cannot be reached)."""
-        fd = None if self._closed else self._listener.fileno()
-        if fd == self._fd:
-            return
-        if self._fd is not None:
-            with contextlib.suppress(ValueError, OSError):
-                self._loop.remove_reader(self._fd)
-        self._fd = fd
-        if fd is not None:
-            self._loop.add_reader(fd, self._on_readable)
-
-    def _on_readable(self) -> None:
-        # Drained in a thread: a listener that lost its connection reconnects in drain(),
-        # which must not block the event loop. One drain at a time (one thread at a time).
-        if self._draining:
-            return
-        self._draining = True
-        if self._fd is not None:
-            self._loop.remove_reader(self._fd)
-            self._fd = None
-        future = self._loop.run_in_executor(None, self._listener.drain)
-        future.add_done_callback(self._drained)
-
-    def _drained(self, future: asyncio.Future[bool]) -> None:
-        self._draining = False
-        if not future.cancelled():
-            future.exception()  # a failure is the next wait's to see; the caller re-checks
-        self._ready.set()
-        self._watch()
-
-    async def wait(self, timeout: float) -> bool:
-        """True when woken by a change (or when polling), False after ``timeout`` seconds."""
-        if self._fd is None and not self._draining:
-            await asyncio.sleep(min(timeout, POLL))
-            self._on_readable()  # polling: drain (and maybe reconnect), then look
-            return True
-        if not self._ready.is_set():
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._ready.wait()
-            except TimeoutError:
-                return False
-        self._ready.clear()
-        return True
-
-    def close(self) -> None:
-        self._closed = True
-        if self._fd is not None:
-            with contextlib.suppress(ValueError, OSError):
-                self._loop.remove_reader(self._fd)
-            self._fd = None
-        if self._draining:  # a drain runs in a thread: close once it is done
-            self._loop.call_soon(self._close_later)
-        else:
-            self._listener.close()
-
-    def _close_later(self) -> None:
-        if self._draining:
-            self._loop.call_later(0.01, self._close_later)
-        else:
-            self._listener.close()
-
-
-async def alisten(store: Store, job_ids: list[str] | None) -> AsyncListener:
-    """``store.listen(job_ids)`` opened in a thread (it may do I/O), as an
-    :class:`AsyncListener`. Cancelled meanwhile, the listener is closed when it lands."""
-    loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(None, store.listen, job_ids)
-    try:
-        listener = await asyncio.shield(future)
-    except asyncio.CancelledError:
-        future.add_done_callback(_close_landed)
-        raise
-    return AsyncListener(listener, loop)
-
-
-def _close_landed(future: asyncio.Future[Listener]) -> None:
-    if not future.cancelled() and future.exception() is None:
-        future.result().close()
-
-
 class _Hub:
     """One job watched in one event loop, shared by all its subscribers there.
 

@@ -17,7 +17,8 @@
     ├── Pause                       raised by a job to ask a person a question
     ├── Fail                        raised by a job to fail at once, without retry
     ├── Canceled                    raised inside a job by ``check_cancel()`` after a cancel
-    └── PollTimeout                 a pipeline's poll stage ran out of time (code ``timeout``)
+    ├── PollTimeout                 a pipeline's poll stage ran out of time (code ``timeout``)
+    └── TimedOut                    an async job's attempt reached its timeout (code ``timeout``)
 
 Driver exceptions never escape the store: adapters translate them into ``StoreError``
 (``raise … from exc``). A class's docstring is its default message.
@@ -109,5 +110,11 @@ class Canceled(OutlastError):
 
 class PollTimeout(OutlastError):
     """A poll stage's condition did not hold before its timeout."""
+
+    code = "timeout"
+
+
+class TimedOut(OutlastError):
+    """The attempt ran past its timeout."""
 
     code = "timeout"

@@ -334,16 +334,31 @@ def succeed(state: JobState, attempt: int | None, result: JSON, now: datetime) -
     return Change(new, (NewEvent(JOB_STEP, EventStatus.COMPLETED, None),))
 
 
-def error_info(exc: BaseException | ErrorInfo, code: str = ErrorCode.ERROR) -> ErrorInfo:
+#: Characters of a traceback kept on a job: the innermost frames, where the error is.
+TRACEBACK_MAX = 16 * 1024
+
+
+def error_info(
+    exc: BaseException | ErrorInfo, code: str = ErrorCode.ERROR, traceback: str | None = None
+) -> ErrorInfo:
+    """What is stored about an error: its code, its redacted message, the exception's type,
+    and ``traceback`` (formatted text), redacted and cut to its last ``TRACEBACK_MAX``
+    characters."""
+    if traceback is not None:
+        traceback = redact_text(traceback)
+        if len(traceback) > TRACEBACK_MAX:
+            cut = len(traceback) - TRACEBACK_MAX
+            traceback = f"[… {cut} characters cut …]\n" + traceback[-TRACEBACK_MAX:]
     if isinstance(exc, ErrorInfo):
-        return ErrorInfo(exc.code, redact_text(exc.message), exc.hint, exc.type)
+        tb = traceback if traceback is not None else exc.traceback
+        return ErrorInfo(exc.code, redact_text(exc.message), exc.hint, exc.type, tb)
     code = getattr(exc, "code", code) if isinstance(getattr(exc, "code", None), str) else code
     kind = type(exc)
     name = kind.__qualname__
     if kind.__module__ != "builtins":
         name = f"{kind.__module__}.{name}"
     message = redact_text(str(exc)) or kind.__name__
-    return ErrorInfo(code=code, message=message, type=name)
+    return ErrorInfo(code=code, message=message, type=name, traceback=traceback)
 
 
 def fail(

@@ -133,27 +133,34 @@ class ErrorInfo:
     hint: str | None = None
     #: The exception type's qualified name for ``error``, else None.
     type: str | None = None
+    #: The formatted traceback of an exception raised by the job's code (redacted, at most
+    #: ``TRACEBACK_MAX`` characters: the innermost frames are kept), else None.
+    traceback: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.code) is not str:  # an ErrorCode member: the document holds plain text
             _SET(self, "code", str(self.code))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "hint": self.hint, "type": self.type}
+        return {
+            "code": self.code,
+            "message": self.message,
+            "hint": self.hint,
+            "type": self.type,
+            "traceback": self.traceback,
+        }
 
     @classmethod
     def from_dict(cls, data: object) -> ErrorInfo:
         if not isinstance(data, dict):
             raise CorruptJob("error must be an object or null")
         code, message = data.get("code"), data.get("message")
-        hint, type_ = data.get("hint"), data.get("type")
+        hint, type_, tb = data.get("hint"), data.get("type"), data.get("traceback")
         if not isinstance(code, str) or not isinstance(message, str):
             raise CorruptJob("error.code and error.message must be strings")
-        if not (hint is None or isinstance(hint, str)) or not (
-            type_ is None or isinstance(type_, str)
-        ):
-            raise CorruptJob("error.hint and error.type must be strings or null")
-        return cls(code=code, message=message, hint=hint, type=type_)
+        if not all(v is None or isinstance(v, str) for v in (hint, type_, tb)):
+            raise CorruptJob("error.hint, error.type and error.traceback must be strings or null")
+        return cls(code=code, message=message, hint=hint, type=type_, traceback=tb)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,9 @@ from outlast.store import Store
 from tests.http.harness import Server
 from tests.http.test_api import _error
 
+#: A call of the test app's job that fits its signature.
+ADD: dict[str, object] = {"name": "tests.add", "args": [1, 2]}
+
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> Any:
@@ -29,29 +32,21 @@ def _finished(store: Store, job_id: str, ok: bool = False) -> None:
 
 
 def test_priority_and_unique_keys(client: httpx.Client, http_store: Store) -> None:
-    doc = client.post("/jobs", json={"name": "tests.add", "priority": 9}).json()
+    doc = client.post("/jobs", json={**ADD, "priority": 9}).json()
     assert doc["priority"] == 9 and http_store.get(doc["id"]).priority == 9
-    assert "priority" in str(
-        _error(client.post("/jobs", json={"name": "tests.add", "priority": 1.5}), 422)
-    )
-    _error(client.post("/jobs", json={"name": "tests.add", "priority": 10**9}), 422)
-    first = client.post("/jobs", json={"name": "tests.add", "unique_key": "http-u1"})
+    assert "priority" in str(_error(client.post("/jobs", json={**ADD, "priority": 1.5}), 422))
+    _error(client.post("/jobs", json={**ADD, "priority": 10**9}), 422)
+    first = client.post("/jobs", json={**ADD, "unique_key": "http-u1"})
     assert first.status_code == 201
-    again = client.post("/jobs", json={"name": "tests.add", "unique_key": "http-u1"})
+    again = client.post("/jobs", json={**ADD, "unique_key": "http-u1"})
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
-    raised = client.post(
-        "/jobs", json={"name": "tests.add", "unique_key": "http-u1", "on_conflict": "raise"}
-    )
+    raised = client.post("/jobs", json={**ADD, "unique_key": "http-u1", "on_conflict": "raise"})
     assert "holds the unique key 'http-u1'" in _error(raised, 409)
-    assert "unique key" in _error(
-        client.post("/jobs", json={"name": "tests.add", "unique_key": " "}), 400
-    )
+    assert "unique key" in _error(client.post("/jobs", json={**ADD, "unique_key": " "}), 400)
 
 
 def test_retry_a_finished_job(client: httpx.Client, http_store: Store) -> None:
-    doc = client.post(
-        "/jobs", json={"name": "tests.add", "args": [1, 2], "labels": {"r": "1"}}
-    ).json()
+    doc = client.post("/jobs", json={**ADD, "labels": {"r": "1"}}).json()
     assert "only a finished job" in _error(client.post(f"/jobs/{doc['id']}/retry"), 409)
     _finished(http_store, doc["id"])
     made = client.post(f"/jobs/{doc['id']}/retry")
@@ -70,8 +65,7 @@ def test_retry_a_finished_job(client: httpx.Client, http_store: Store) -> None:
 
 def test_bulk_actions_count_first_then_act(client: httpx.Client, http_store: Store) -> None:
     ids = [
-        client.post("/jobs", json={"name": "tests.add", "labels": {"bulk": "yes"}}).json()["id"]
-        for _ in range(3)
+        client.post("/jobs", json={**ADD, "labels": {"bulk": "yes"}}).json()["id"] for _ in range(3)
     ]
     for job_id in ids[:2]:
         _finished(http_store, job_id)

@@ -15,6 +15,9 @@ from outlast.store import Store
 from tests.http.harness import Server
 from tests.http.test_api import _error
 
+#: A call of the test app's job that fits its signature.
+ADD: dict[str, object] = {"name": "tests.add", "args": [1, 2]}
+
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> Any:
@@ -24,17 +27,17 @@ def client(server: Server) -> Any:
 
 def test_post_jobs_takes_a_delay_or_a_time(client: httpx.Client, http_store: Store) -> None:
     before = datetime.now(UTC)
-    doc = client.post("/jobs", json={"name": "tests.add", "delay": "15m", "keep": "1d"}).json()
+    doc = client.post("/jobs", json={**ADD, "delay": "15m", "keep": "1d"}).json()
     run_after = datetime.fromisoformat(doc["run_after"])
     assert before + timedelta(minutes=15) <= run_after < before + timedelta(minutes=16)
     assert doc["keep"] == 86400 and http_store.get(doc["id"]).run_after == run_after
     at = client.post(
-        "/jobs", json={"name": "tests.add", "run_after": "2030-01-01T03:00+01:00", "timeout": 90}
+        "/jobs", json={**ADD, "run_after": "2030-01-01T03:00+01:00", "timeout": 90}
     ).json()
     assert at["run_after"].startswith("2030-01-01T02:00:00") and at["timeout"] == 90
-    past = client.post("/jobs", json={"name": "tests.add", "run_after": "2020-01-01T00:00Z"})
+    past = client.post("/jobs", json={**ADD, "run_after": "2020-01-01T00:00Z"})
     assert past.status_code == 201 and past.json()["run_after"] is None  # runs now
-    seconds = client.post("/jobs", json={"name": "tests.add", "delay": 30, "timeout": "10m"})
+    seconds = client.post("/jobs", json={**ADD, "delay": 30, "timeout": "10m"})
     assert seconds.json()["timeout"] == 600
 
 
@@ -55,7 +58,7 @@ def test_bad_times_are_a_400_that_says_why(
     client: httpx.Client, http_store: Store, body: dict[str, Any], says: str
 ) -> None:
     count = len(http_store.list(limit=None))
-    detail = _error(client.post("/jobs", json={"name": "tests.add", **body}), 400)
+    detail = _error(client.post("/jobs", json={**ADD, **body}), 400)
     assert says in detail
     assert len(http_store.list(limit=None)) == count
 

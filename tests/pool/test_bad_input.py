@@ -34,8 +34,8 @@ def default_store(pool: Harness):  # type: ignore[no-untyped-def]
         ([object()], {}),
         ([math.nan], {}),
         ([math.inf], {}),
-        ([], {"x": {1, 2}}),
-        ([], {"x": b"bytes"}),
+        ([], {"value": {1, 2}}),
+        ([], {"value": b"bytes"}),
     ],
     ids=["set", "object", "nan", "inf", "kwarg-set", "kwarg-bytes"],
 )

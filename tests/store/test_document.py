@@ -31,7 +31,7 @@ DOC_FIELDS = {
     "pid_started_at", "call", "timeout", "grace", "cancel_requested", "pipeline",
     "keep", "fired", "priority", "retry_of", "unique_key", "limit_key", "limit",
 }  # fmt: skip
-ERROR_FIELDS = {"code", "message", "hint", "type"}
+ERROR_FIELDS = {"code", "message", "hint", "type", "traceback"}
 EVENT_FIELDS = {"job_id", "seq", "at", "step", "status", "message"}
 TIME_FIELDS = ("run_after", "created_at", "started_at", "updated_at", "finished_at")
 

@@ -284,18 +284,32 @@ def run(
 
 @cli.command()
 @click.argument("job_id")
+@click.option(
+    "--traceback",
+    "tracebacks",
+    is_flag=True,
+    help="Show the error and traceback of every failed attempt, oldest first.",
+)
 @json_option
 @store_option
-def status(job_id: str, as_json: bool, store_url: str | None) -> None:
-    """Show one job (reconciling it first if its worker died)."""
+def status(job_id: str, tracebacks: bool, as_json: bool, store_url: str | None) -> None:
+    """Show one job (reconciling it first if its worker died), with the traceback of its
+    last failure; --json: the job document (the traceback under error.traceback)."""
     from outlast.run.reap import reconcile
 
     with _open(store_url) as store:
         state = reconcile(store, store.get(job_id))
         retries = [] if as_json or not state.terminal else store.retries_of(job_id)
+        events = [e.to_dict() for e in store.events(job_id)] if tracebacks else []
+    if tracebacks and as_json:
+        failed = [e for e in events if e.get("status") == "failed"]
+        click.echo(render.dumps({"job": state.to_dict(), "failures": failed}))
+        return
     _print_job(state, as_json)
     if retries:
         click.echo(f"retried as: {' '.join(retries)}")
+    if tracebacks:
+        click.echo("\n" + render.attempt_tracebacks(events))
 
 
 @cli.command(name="ls")
@@ -372,13 +386,15 @@ def logs(job_id: str, follow: bool, store_url: str | None) -> None:
 
     with _open(store_url) as store:
         store.get(job_id)  # unknown id: a clear error
-        path = store.log_path(job_id)
         if not follow:
-            joblogs.write_stdout(joblogs.read_log(path))
+            cursor = store.log_cursor(job_id)
+            joblogs.write_stdout(cursor.read_new())
+            cursor.close()
             return
         with store.listen([job_id]) as listener:
             joblogs.follow(
-                path,
+                store,
+                job_id,
                 joblogs.write_stdout,
                 lambda: reconcile(store, store.get(job_id)).terminal,
                 listener.fileno(),
@@ -796,9 +812,15 @@ def spawn(**options: Any) -> None:
     "-c",
     "--concurrency",
     type=int,
-    default=1,
-    show_default=True,
-    help="Jobs run at once, each in its own process.",
+    default=None,
+    help="Jobs run at once, each in its own process [default: 1]; with --async, on one "
+    "event loop [default: 100].",
+)
+@click.option(
+    "--async",
+    "use_async",
+    is_flag=True,
+    help="Run async def jobs on one event loop, -c of them at once (for I/O-bound jobs).",
 )
 @click.option(
     "--queue",
@@ -812,7 +834,7 @@ def spawn(**options: Any) -> None:
     "imports",
     multiple=True,
     metavar="MODULE",
-    help="Import MODULE at start (registers its jobs; repeatable).",
+    help="Import MODULE or FILE.py at start (registers its jobs; repeatable).",
 )
 @click.option("--burst", is_flag=True, help="Exit once no job is pending.")
 @click.option(
@@ -824,23 +846,28 @@ def spawn(**options: Any) -> None:
 )
 @store_option
 def worker(
-    concurrency: int,
+    concurrency: int | None,
+    use_async: bool,
     queues: tuple[str, ...],
     imports: tuple[str, ...],
     burst: bool,
     grace: float,
     store_url: str | None,
 ) -> None:
-    """Run a pool that claims pending jobs and runs them."""
+    """Run a pool that claims pending jobs and runs them: -c N job processes, or with
+    --async one event loop running up to -c async def jobs at once."""
+    if concurrency is None:
+        concurrency = 100 if use_async else 1
     if concurrency < 1:
         raise click.BadParameter(f"must be >= 1, not {concurrency}", param_hint="--concurrency")
     for queue in queues:
         _queue_name(queue)
-    from outlast.run.pool import serve_forever
+    if use_async:
+        from outlast.run.apool import serve_async as serve
+    else:
+        from outlast.run.pool import serve_forever as serve
 
-    processed = serve_forever(
-        store_url, concurrency, list(queues) or None, list(imports), burst, grace
-    )
+    processed = serve(store_url, concurrency, list(queues) or None, list(imports), burst, grace)
     click.echo(f"outlast worker: {processed} job(s) processed", err=True)
 
 

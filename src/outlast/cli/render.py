@@ -125,7 +125,33 @@ def job_text(doc: dict[str, Any]) -> str:
     rows += _time_rows(doc)
     rows += _outcome_rows(doc)
     width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k + ':':<{width + 1}} {v}" for k, v in rows)
+    text = "\n".join(f"{k + ':':<{width + 1}} {v}" for k, v in rows)
+    tb = (doc.get("error") or {}).get("traceback")
+    if tb:
+        text += "\n" + traceback_text(tb)
+    return text
+
+
+def traceback_text(tb: str, title: str = "traceback") -> str:
+    """A stored traceback, indented under its title."""
+    body = "\n".join("  " + line for line in tb.rstrip("\n").splitlines())
+    return f"{title}:\n{body}"
+
+
+def attempt_tracebacks(events: list[dict[str, Any]]) -> str:
+    """Each failed attempt's traceback, from the job's failure events, oldest first."""
+    parts = []
+    for event in events:
+        message = event.get("message")
+        if event.get("status") != "failed" or not isinstance(message, dict):
+            continue
+        error = message.get("error") or {}
+        head = (
+            f"attempt {message.get('attempt', '?')}: [{error.get('code')}] {error.get('message')}"
+        )
+        tb = error.get("traceback")
+        parts.append(traceback_text(tb, head) if tb else head)
+    return "\n\n".join(parts) if parts else "no failed attempts"
 
 
 def jobs_table(docs: list[dict[str, Any]]) -> str:

@@ -18,7 +18,6 @@ FastAPI runs in its thread pool, and the streams are async and hop to threads fo
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -55,8 +54,6 @@ from outlast.run import api, reap, schedules
 from outlast.store import Store, parse_label
 
 STATIC = Path(__file__).with_name("static")
-#: Bytes of a log read at most for one tail.
-LOG_TAIL_BYTES = 1024 * 1024
 #: The dashboard's page may only load what the app itself serves.
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -242,12 +239,9 @@ def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
     def job_log(job_id: JobId, tail: Annotated[int, Query(ge=1, le=10000)] = 200) -> Response:
         """The last ``tail`` lines of the job's output (404 when it has none)."""
         store.get(job_id)
-        if not store.capabilities.local_logs:
-            raise JobNotFound(f"job {job_id} has no log here: this store keeps no local logs")
-        try:
-            text = _tail(store.log_path(job_id), tail)
-        except FileNotFoundError:
-            raise JobNotFound(f"job {job_id} has no log (yet)") from None
+        text = store.log_tail(job_id, tail)
+        if text is None:
+            raise JobNotFound(f"job {job_id} has no log (yet)")
         return PlainTextResponse(text)
 
     return routes
@@ -373,20 +367,3 @@ def _schedule_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
         return Response(status_code=204)
 
     return routes
-
-
-def _tail(path: Path, lines: int) -> str:
-    """The last ``lines`` lines of a text file, reading at most :data:`LOG_TAIL_BYTES`."""
-    with open(path, "rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        start = end
-        data = b""
-        while start > 0 and data.count(b"\n") <= lines and end - start < LOG_TAIL_BYTES:
-            step = min(64 * 1024, start)
-            start -= step
-            f.seek(start)
-            data = f.read(step) + data
-    text = data.decode("utf-8", "replace")
-    if start > 0:  # the first line is probably cut
-        text = text.partition("\n")[2]
-    return "\n".join(text.splitlines()[-lines:]) + ("\n" if text.endswith("\n") else "")

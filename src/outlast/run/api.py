@@ -365,6 +365,8 @@ def create_job(
                 "use another name"
             )
         pipeline = PipelineState(cleanup=spec.cleanup)
+    else:  # refused now, not after attempts and backoff in a worker
+        registry.bind(spec, args, kwargs)
     return store.create(
         kind=spec.kind,
         name=spec.name,
@@ -405,14 +407,39 @@ def _split(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict
 
 def submit(job: JobSpec | str | Any, *args: Any, **kwargs: Any) -> Task:
     """Queue ``job(*args, **kwargs)`` (a pipeline: ``submit(pipeline, payload)``) for the
-    pools (``outlast worker``); returns its task."""
+    pools (``outlast worker``); returns its task.
+
+    Options of the call (queue, labels, priority, delay, timeout, …) never mix with the
+    function's own keyword arguments: they go through ``job.options(…)``, as in
+    ``submit(resize.options(queue="images", labels={"user": "7"}), path, width=300)``."""
+    if isinstance(job, Options):
+        return job.submit(*args, **kwargs)
     spec = _spec(job)
     return create_job(default_store(), spec, **_split(spec, args, kwargs))
 
 
+async def asubmit(job: JobSpec | str | Any, *args: Any, **kwargs: Any) -> Task:
+    """:func:`submit` for asyncio (FastAPI, Starlette): the insert runs in the loop's
+    executor, never blocking the event loop. ``await outlast.asubmit(resize, "a.png")``;
+    with options: ``await outlast.asubmit(resize.options(queue="images"), "a.png")``."""
+    from outlast.store.aio import offload
+
+    return await offload(partial(submit, job, *args, **kwargs))
+
+
+async def aspawn(job: JobSpec | str | Any, *args: Any, **kwargs: Any) -> Task:
+    """:func:`spawn` for asyncio (starting the worker runs in the loop's executor)."""
+    from outlast.store.aio import offload
+
+    return await offload(partial(spawn, job, *args, **kwargs))
+
+
 def spawn(job: JobSpec | str | Any, *args: Any, **kwargs: Any) -> Task:
     """Run ``job(*args, **kwargs)`` (a pipeline: ``spawn(pipeline, payload)``) in its own
-    detached worker, as ``run_command`` does for commands; returns its task at once."""
+    detached worker, as ``run_command`` does for commands; returns its task at once (with
+    options: ``spawn(job.options(timeout="10m"), …)``)."""
+    if isinstance(job, Options):
+        return job.spawn(*args, **kwargs)
     spec = _spec(job)
     return spawn_job(default_store(), spec, **_split(spec, args, kwargs))
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextvars
 import signal
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,6 +23,10 @@ class JobContext:
         self.task = task
         self.state = state
         self._cancel = threading.Event()
+        self._on_cancel: Callable[[], object] | None = None
+        #: Its worker watches the store for a cancel and says so (an async pool): the flag
+        #: alone answers :attr:`cancel_requested`, with no read of the store in the loop.
+        self.watched = False
         #: When this attempt is stopped for its ``timeout`` (UTC), or None: a job that can
         #: stop cleanly on its own looks at it (or :meth:`time_left`) and finishes first.
         self.deadline: datetime | None = None
@@ -60,11 +66,24 @@ class JobContext:
         """Record a progress event (ignored once the job is no longer this attempt's)."""
         return self.task.report(step, status, message, progress)
 
+    async def areport(
+        self,
+        step: str,
+        status: EventStatus | str = EventStatus.PROGRESS,
+        message: JSON = None,
+        progress: float | None = None,
+    ) -> ProgressEvent | None:
+        """:meth:`report` for an ``async def`` job: the write runs in a thread, so the event
+        loop (and the other jobs on it) go on meanwhile."""
+        import asyncio
+
+        return await asyncio.to_thread(self.task.report, step, status, message, progress)
+
     @property
     def cancel_requested(self) -> bool:
         """True once the job was canceled (the worker is told at once; the store is asked)."""
-        if self._cancel.is_set():
-            return True
+        if self._cancel.is_set() or self.watched:
+            return self._cancel.is_set()
         try:
             state = self.task.state()
         except OutlastError:
@@ -80,26 +99,49 @@ class JobContext:
 
     def request_cancel(self) -> None:
         self._cancel.set()
+        hook = self._on_cancel
+        if hook is not None:
+            hook()
+
+    def on_cancel(self, hook: Callable[[], object] | None) -> None:
+        """Call ``hook`` when the job is canceled (an async job's: cancel its task); at
+        once if it was already."""
+        self._on_cancel = hook
+        if hook is not None and self._cancel.is_set():
+            hook()
 
 
 _current: JobContext | None = None
+# The job of the running asyncio task (an async pool runs many jobs in one process); it
+# wins over the process's one job.
+_task_job: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
+    "outlast_job", default=None
+)
 
 
 def current() -> JobContext:
-    """The context of the job running in this process; raises outside a job."""
-    if _current is None:
+    """The context of the job running here (in this asyncio task, or this process); raises
+    outside a job."""
+    found = _task_job.get() or _current
+    if found is None:
         raise OutlastError("outlast.current() is only available inside a running job")
-    return _current
+    return found
 
 
 def current_or_none() -> JobContext | None:
     """The running job's context, or None outside a job."""
-    return _current
+    return _task_job.get() or _current
 
 
 def enter(context: JobContext | None) -> None:
+    """Make ``context`` the job of this process (None: no job)."""
     global _current
     _current = context
+
+
+def enter_task(context: JobContext | None) -> contextvars.Token[JobContext | None]:
+    """Make ``context`` the job of the running asyncio task (and what it starts)."""
+    return _task_job.set(context)
 
 
 def install_cancel_handler() -> None:

@@ -18,10 +18,12 @@ import signal
 import sys
 import threading
 import time
+from functools import partial
 
 from outlast.errors import OutlastError, WorkerLockHeld
 from outlast.model import ErrorCode, ErrorInfo, JobState, Status
 from outlast.run import context, procs
+from outlast.run.capture import Capture
 from outlast.run.execute import execute
 from outlast.store import Store, Task, open_store, start_when_free, wait_until_due
 
@@ -37,6 +39,9 @@ def run_dedicated(store: Store, job_id: str) -> None:
         return
     context.install_cancel_handler()
     procs.become_subreaper()
+    # On a local store this process's output is the job's log file already; on PostgreSQL
+    # the job's output goes to the database, where any host reads it.
+    capture = None if store.capabilities.local_logs else Capture()
     while True:
         state = wait_until_due(store, job_id)
         if state is None or not start_when_free(store, task, state):
@@ -51,7 +56,11 @@ def run_dedicated(store: Store, job_id: str) -> None:
                 daemon=True,
             ).start()
         try:
-            execute(store, job_id, task.attempt, dedicated=True)
+            if capture is None:
+                execute(store, job_id, task.attempt, dedicated=True)
+            else:
+                with capture.job(partial(store.log_writer, job_id)):
+                    execute(store, job_id, task.attempt, dedicated=True)
         finally:
             done.set()
         if store.get(job_id).status != Status.PENDING:
@@ -72,14 +81,16 @@ def _deadline(store: Store, state: JobState, attempt: int, done: threading.Event
         hint="raise the job's timeout, or watch outlast.current().deadline inside it",
         type="Timeout",
     )
-    current = context.current_or_none()
-    if current is not None:
-        current.request_cancel()  # a job that checks for cancels stops at its next check
     try:
         after = Task(store, state.id, attempt=attempt).fail(error)
     except OutlastError as exc:
         print(f"outlast worker: cannot record the timeout of {state.id}: {exc}", flush=True)
         os._exit(1)
+    # then (what it records now is fenced out) a job that checks for cancels stops at its
+    # next check, and an async job's task is canceled
+    current = context.current_or_none()
+    if current is not None:
+        current.request_cancel()
     procs.signal_descendants(signal.SIGTERM)
     grace = DEFAULT_GRACE if state.grace is None else state.grace
     end = time.monotonic() + grace
@@ -103,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m outlast.run.dedicated STORE_URL JOB_ID", file=sys.stderr)
         return 2
+    from outlast.run.registry import inherit_sys_path
+
+    inherit_sys_path()
     try:
         with open_store(args[0]) as store:
             run_dedicated(store, args[1])

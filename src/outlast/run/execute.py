@@ -8,15 +8,17 @@ sure it never lands on a job that was canceled or taken away meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 from outlast import config, machine
-from outlast.errors import Canceled, Fail, OutlastError, Pause
+from outlast.errors import Canceled, Fail, InvalidInput, OutlastError, Pause, TimedOut
 from outlast.frozen import thaw
 from outlast.machine import Outcome
-from outlast.model import JobState, Kind, utcnow
+from outlast.model import Call, JobState, Kind, utcnow
 from outlast.run import context, registry
 from outlast.run.pipeline import run_pipeline
 from outlast.store import Store, Task, Transition
@@ -29,8 +31,111 @@ def _call(spec: registry.JobSpec, task: Task, state: JobState) -> Any:
         return run_pipeline(spec, task, state)
     if state.call is None:
         raise Fail("the job has no call (module, args, kwargs) to run")
-    # the function gets its own copies: what it does to them never reaches the stored state
-    return spec.fn(*thaw(state.call.args), **thaw(state.call.kwargs))
+    args, kwargs = _arguments(spec, state.call)
+    if spec.is_async:
+        return run_async(spec.fn, args, kwargs)
+    return spec.fn(*args, **kwargs)
+
+
+def _arguments(spec: registry.JobSpec, call: Call) -> tuple[list[Any], dict[str, Any]]:
+    """The call's arguments, checked against the function (:class:`_BadCall` when they do
+    not fit: it changed since the job was submitted). The function gets its own copies: what
+    it does to them never reaches the stored state."""
+    args, kwargs = thaw(call.args), thaw(call.kwargs)
+    try:
+        registry.bind(spec, args, kwargs)
+    except InvalidInput as exc:
+        raise _BadCall(f"{exc} (was the function changed since the job was submitted?)") from None
+    return args, kwargs
+
+
+class _BadCall(Fail):
+    """The job's arguments do not fit its function: not retried, no traceback."""
+
+
+def run_async(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Run an ``async def`` job on a new event loop: a cancel of the job cancels its task
+    (``asyncio.CancelledError`` at its current ``await``), and its timeout does too, a
+    little before its process would be killed for it (``TimeoutError``: code ``timeout``)."""
+    job = context.current_or_none()
+
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+        assert me is not None
+        if job is not None:
+            job.on_cancel(lambda: loop.call_soon_threadsafe(me.cancel))
+        left = None if job is None else job.time_left()
+        try:
+            async with asyncio.timeout(left):
+                return await fn(*args, **kwargs)
+        except TimeoutError:
+            if job is not None and job.time_left() == 0:
+                raise TimedOut("the job ran past its timeout") from None
+            raise
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        raise Canceled("the job was canceled") from None
+    finally:
+        if job is not None:
+            job.on_cancel(None)
+
+
+def outcome_of(exc: Exception) -> Outcome:
+    """How an attempt that raised ``exc`` ended: paused, canceled, or failed (retried unless
+    it raised :class:`Fail` or its arguments do not fit), with the traceback kept."""
+    if isinstance(exc, Pause):
+        return Outcome("pause", exc.question)
+    if isinstance(exc, Canceled):
+        return Outcome("cancel")
+    if isinstance(exc, _BadCall | TimedOut):  # a timeout is retried, as the pool's kill is
+        return Outcome("fail", error=machine.error_info(exc), retry=isinstance(exc, TimedOut))
+    error = machine.error_info(exc, traceback=_traceback(exc))
+    return Outcome("fail", error=error, retry=not isinstance(exc, Fail))
+
+
+def succeeded(result: Any) -> Outcome:
+    """The outcome of an attempt that returned ``result`` (which must be JSON)."""
+    try:
+        machine.check_json(result, "the job's result")
+    except OutlastError as exc:
+        return Outcome("fail", error=machine.error_info(Fail(str(exc))), retry=False)
+    return Outcome("succeed", result)
+
+
+async def arun_attempt(spec: registry.JobSpec, task: Task, state: JobState) -> Outcome:
+    """An attempt in an async pool, in the running asyncio task (whose job context is set):
+    an ``async def`` function is awaited here, with its timeout (a cancel of the job cancels
+    this task: ``CancelledError`` at the function's current ``await``); any other job runs in
+    a thread (its cancel is cooperative, ``check_cancel()``; its timeout is not enforced)."""
+    job = context.current()
+    try:
+        if spec.is_async and state.kind == Kind.FUNCTION and state.call is not None:
+            args, kwargs = _arguments(spec, state.call)
+            try:
+                async with asyncio.timeout(job.time_left()):
+                    result = await spec.fn(*args, **kwargs)
+            except TimeoutError:
+                if job.time_left() == 0:
+                    raise TimedOut("the job ran past its timeout") from None
+                raise
+        else:
+            result = await asyncio.to_thread(_call, spec, task, state)
+    except asyncio.CancelledError:
+        return Outcome("cancel")
+    except Exception as exc:
+        return outcome_of(exc)
+    return succeeded(result)
+
+
+def _traceback(exc: BaseException) -> str:
+    """``exc``'s traceback from the job's own code on (this module's frames left out)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def run_attempt(
@@ -70,19 +175,9 @@ def run_attempt(
             finally:
                 if on_return is not None:
                     on_return()
-        except Pause as exc:
-            return Outcome("pause", exc.question)
-        except Canceled:
-            return Outcome("cancel")
-        except Fail as exc:
-            return Outcome("fail", error=machine.error_info(exc), retry=False)
         except Exception as exc:
-            return Outcome("fail", error=machine.error_info(exc))
-        try:
-            machine.check_json(result, "the job's result")
-        except OutlastError as exc:
-            return Outcome("fail", error=machine.error_info(Fail(str(exc))), retry=False)
-        return Outcome("succeed", result)
+            return outcome_of(exc)
+        return succeeded(result)
     finally:
         context.enter(None)
 

@@ -45,13 +45,11 @@ def main(argv: list[str]) -> int:
     shield = partial(procs.set_parent_death_signal, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    extra = os.environ.get("OUTLAST_SYS_PATH")
-    if extra:
-        sys.path[:0] = [p for p in json.loads(extra) if p not in sys.path]
     conn = Connection(int(argv[0]))
     from outlast import codec
     from outlast.errors import CorruptJob
     from outlast.run import context, registry
+    from outlast.run.capture import Capture
     from outlast.run.execute import run_attempt
     from outlast.run.procs import patiently
     from outlast.store import open_store
@@ -61,9 +59,11 @@ def main(argv: list[str]) -> int:
         os.set_inheritable(alive, False)
         os.register_at_fork(after_in_child=partial(_close, alive))
     context.install_cancel_handler()
+    registry.inherit_sys_path()
     registry.import_modules(argv[3:])
     store = patiently(lambda: open_store(argv[1]))
     journal = store.journal(pool, f"{token}+{os.getpid()}")
+    capture = Capture()  # each job's output goes to its log
     try:
         conn.send("ready")
     except OSError:
@@ -83,7 +83,8 @@ def main(argv: list[str]) -> int:
             state = None  # read it from the store instead, which says what is wrong
         # the attempt counts from just before the function is called
         on_start = partial(_start, journal, (job_id, attempt), pool_pid)
-        outcome = run_attempt(store, job_id, attempt, state, on_start, shield)
+        with capture.job(partial(store.log_writer, job_id)):
+            outcome = run_attempt(store, job_id, attempt, state, on_start, shield)
         journal.returned((job_id, attempt), outcome)  # durable before the pool has it
         procs.set_parent_death_signal()
         try:

@@ -58,11 +58,11 @@ from outlast.errors import InvalidInput, JobNotFound, OutlastError, StoreError
 from outlast.ids import check_queue
 from outlast.machine import Outcome
 from outlast.model import ErrorCode, ErrorInfo, Kind, Status, utcnow
-from outlast.run import procs
+from outlast.run import procs, registry
 from outlast.run.execute import transition
 from outlast.run.maintain import Maintainer
-from outlast.run.slots import JobProcess, Outage, Slot
-from outlast.store import Journal, Listener, Store, Task, open_store, worker_name
+from outlast.run.slots import JobProcess, Outage, Slot, pool_store
+from outlast.store import Journal, Listener, Store, Task, worker_name
 
 log = logging.getLogger("outlast.worker")
 IDLE_RECHECK = 60.0  # seconds an idle pool sleeps at most on a store with notifications
@@ -72,6 +72,7 @@ FLUSH_DELAY = 0.005  # seconds an outcome may wait to be written with others (wh
 FLUSH_BATCH = 16  # outcomes written at once without waiting out FLUSH_DELAY
 PREFETCH = 8  # jobs claimed ahead per process: claims are batched, at the cost of holding them
 PREFETCH_BELOW = 0.05  # seconds: only jobs shorter than this (on average) are claimed ahead
+ASYNC_TIMEOUT_SLACK = 1.0  # seconds past an async job's deadline before its process is killed
 KINDS = [Kind.FUNCTION, Kind.PIPELINE]  # what pools run (commands have their supervisors)
 
 
@@ -202,7 +203,11 @@ class Pool:
         now = time.monotonic()
         slot.task, slot.kill_at, slot.lost, slot.started = task, None, False, now
         slot.canceling = False
-        slot.deadline = None if state.timeout is None else now + state.timeout
+        slot.deadline = None
+        if state.timeout is not None:  # an async job is canceled at its deadline, in its
+            # process; killing the process is the backstop, a little later
+            slack = ASYNC_TIMEOUT_SLACK if registry.known_async(state.name) else 0.0
+            slot.deadline = now + state.timeout + slack
         # the claimed state goes along, so the job process need not read it back; and which
         # of its outcomes are written since (their journal records may go)
         slot.conn.send((task.id, task.attempt, codec.encode(state), slot.acked))
@@ -588,14 +593,7 @@ def serve_forever(
     grace: float,
 ) -> int:
     """Run a pool with signal handling; returns the number of attempts processed."""
-    from outlast.run.registry import import_modules
-
-    import_modules(imports)
-    # a database restarting as the pool starts is waited out, as its job processes do
-    with procs.patiently(lambda: open_store(url)) as store:
-        from outlast.run.schedules import sync_declared
-
-        sync_declared(store)  # @outlast.job(cron=…) of the modules it imported
+    with pool_store(url, imports) as store:
         pool = Pool(store, concurrency, queues, imports, burst, grace)
 
         def on_signal(signum: int, frame: Any) -> None:

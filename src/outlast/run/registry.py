@@ -9,7 +9,11 @@ only names registered in its own process).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import inspect
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +59,11 @@ class JobSpec:
     def module(self) -> str:
         return self.origin or getattr(self.fn, "__module__", "") or ""
 
+    @property
+    def is_async(self) -> bool:
+        """An ``async def`` job: run on an event loop in the job's process."""
+        return self.kind == "function" and inspect.iscoroutinefunction(self.fn)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calling the decorated function runs it here and now, like the plain function."""
         return self.fn(*args, **kwargs)
@@ -90,6 +99,12 @@ def declared_schedules() -> list[JobSpec]:
     return [spec for _, spec in sorted(_REGISTRY.items()) if spec.schedule]
 
 
+def known_async(name: str) -> bool:
+    """Whether ``name`` is registered here as an ``async def`` job."""
+    spec = _REGISTRY.get(name)
+    return spec is not None and spec.is_async
+
+
 def names() -> list[str]:
     return sorted(_REGISTRY)
 
@@ -113,13 +128,125 @@ def resolve(state: JobState) -> JobSpec:
     return lookup(state.name)
 
 
-def import_modules(modules: list[str]) -> None:
-    """Import the modules that register jobs (``outlast worker --import MODULE``)."""
-    for module in modules:
+def import_modules(modules: list[str]) -> list[str]:
+    """Import the modules that register jobs (``--import MODULE`` or ``--import FILE.py``);
+    returns their module names.
+
+    As ``python -m`` does, the current folder is searched first. A file path inside the
+    current folder is imported by its dotted name (``jobs/tasks.py`` is ``jobs.tasks``), so
+    that submitters and workers started there agree on it; one outside it by its file name,
+    its folder searched first. An import that fails says which module, where it was looked
+    for, and what to try.
+    """
+    names = []
+    for given in modules:
+        name = _module_name(given)
         try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise InvalidInput(f"cannot import {module!r}: {exc}") from exc
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and name != exc.name and not name.startswith(f"{exc.name}."):
+                raise InvalidInput(f"cannot import {given!r}: {exc}") from exc  # its own import
+            searched = ", ".join(p or "." for p in sys.path)
+            raise InvalidInput(
+                f"cannot import {given!r}: {exc} (searched: {searched}); run from the folder "
+                "that holds it, give its file (--import jobs/tasks.py), or add its folder to "
+                "PYTHONPATH"
+            ) from exc
+        except Exception as exc:  # an error in the module itself: where it is
+            where = ""
+            tb = exc.__traceback__
+            while tb is not None:
+                frame = tb.tb_frame.f_code.co_filename
+                if not frame.startswith("<frozen"):
+                    where = f" ({frame}, line {tb.tb_lineno})"
+                tb = tb.tb_next
+            if isinstance(exc, SyntaxError):
+                where = ""  # its message says where
+            raise InvalidInput(
+                f"cannot import {given!r}: {type(exc).__name__}: {exc}{where}"
+            ) from exc
+        names.append(name)
+    return names
+
+
+def _module_name(given: str) -> str:
+    """The module name of ``--import`` text (a dotted name or a ``.py`` file), with the
+    folder it is found from put on ``sys.path``: for a file, the first folder above it that
+    is not a package (has no ``__init__.py``), as pytest finds a test file's root, so the
+    name is the same from any current folder (``jobs/tasks.py`` is ``tasks``, or
+    ``jobs.tasks`` when ``jobs`` is a package)."""
+    if not (given.endswith(".py") or os.sep in given):
+        here = os.getcwd()
+        if here not in sys.path and "" not in sys.path:
+            sys.path.insert(0, here)
+        return given
+    path = os.path.abspath(given)
+    if not os.path.isfile(path):
+        raise InvalidInput(f"cannot import {given!r}: no such file")
+    if not path.endswith(".py"):
+        raise InvalidInput(f"cannot import {given!r}: a module file ends in .py")
+    folder, stem = os.path.split(path[:-3])
+    parts = [] if stem == "__init__" else [stem]
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        folder, package = os.path.split(folder)
+        parts.insert(0, package)
+    if not parts or not all(p.isidentifier() for p in parts):
+        raise InvalidInput(f"cannot import {given!r}: {'.'.join(parts)!r} is not a module name")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return ".".join(parts)
+
+
+def inherit_sys_path() -> None:
+    """Search the folders the starting process searched (``$OUTLAST_SYS_PATH``, set for the
+    job processes and detached workers it starts)."""
+    extra = os.environ.get("OUTLAST_SYS_PATH")
+    if extra:
+        import json
+
+        with contextlib.suppress(ValueError, TypeError):
+            folders = [p for p in json.loads(extra) if isinstance(p, str)]
+            sys.path[:0] = [p for p in folders if p not in sys.path]
+
+
+_signatures: dict[Callable[..., Any], inspect.Signature | None] = {}
+
+
+def signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    """``fn``'s signature (cached), or None when it has none to read (some builtins)."""
+    try:
+        return _signatures[fn]
+    except KeyError:
+        pass
+    except TypeError:  # not hashable: read it each time
+        return _read_signature(fn)
+    found = _signatures[fn] = _read_signature(fn)
+    return found
+
+
+def _read_signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def bind(spec: JobSpec, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The call's arguments by name, defaults applied; :class:`InvalidInput` saying what is
+    wrong when the function does not take them (None: it has no signature to check)."""
+    sig = signature(spec.fn)
+    if sig is None:
+        return None
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        plain = sig.replace(
+            parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+            return_annotation=sig.empty,
+        )
+        raise InvalidInput(f"job {spec.name!r} takes {spec.name}{plain}: {exc}") from None
+    bound.apply_defaults()
+    return dict(bound.arguments)
 
 
 def limit_key_of(
@@ -134,17 +261,8 @@ def limit_key_of(
     if spec.kind == "pipeline":
         values = dict(payload or {})
     else:
-        import inspect
-
-        try:
-            bound = inspect.signature(spec.fn).bind(*args, **kwargs)
-        except TypeError as exc:
-            raise InvalidInput(f"job {spec.name!r}: {exc}") from None
-        except ValueError:  # no signature to read (a builtin): keyword arguments only
-            values = dict(kwargs)
-        else:
-            bound.apply_defaults()
-            values = dict(bound.arguments)
+        bound = bind(spec, args, kwargs)
+        values = dict(kwargs) if bound is None else bound  # no signature: keywords only
     try:
         return template.format(**values)
     except (KeyError, IndexError) as exc:

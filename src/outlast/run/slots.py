@@ -9,10 +9,11 @@ import os
 import random
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
-from outlast.store import Task
+from outlast.store import Store, Task
 
 log = logging.getLogger("outlast.worker")
 
@@ -83,3 +84,19 @@ class Slot:
     #: those written since its last job (it is told with the next one).
     unacked: list[tuple[str, int]] = field(default_factory=list)
     acked: list[tuple[str, int]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def pool_store(url: str | None, imports: list[str]) -> Iterator[Store]:
+    """What a pool does before it starts: import the modules that register its jobs, open
+    the store (a database restarting meanwhile is waited out, as the job processes do), and
+    store the schedules its modules declare (``@outlast.job(cron=…)``)."""
+    from outlast.run import procs
+    from outlast.run.registry import import_modules
+    from outlast.run.schedules import sync_declared
+    from outlast.store import open_store
+
+    import_modules(imports)
+    with procs.patiently(lambda: open_store(url)) as store:
+        sync_declared(store)
+        yield store

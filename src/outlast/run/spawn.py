@@ -17,11 +17,14 @@ def start_detached(store: Store, job_id: str, argv: list[str]) -> int:
     """Start ``python argv…`` detached from this terminal and session; returns its PID.
 
     The process gets a new session (no controlling terminal, so a hangup of the starting shell
-    never reaches it), ``/dev/null`` as stdin, and the job's log as stdout and stderr. It is not
-    waited for; a thread reaps it so a long-lived caller collects no zombies.
+    never reaches it), ``/dev/null`` as stdin, and the job's log as stdout and stderr (on
+    PostgreSQL a file of its own: the job's output goes to the database). It is not waited
+    for; a thread reaps it so a long-lived caller collects no zombies.
     """
     log = os.open(
-        store.log_path(job_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+        store.worker_output_path(job_id),
+        os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+        0o600,
     )
     try:
         proc = subprocess.Popen(
@@ -31,7 +34,8 @@ def start_detached(store: Store, job_id: str, argv: list[str]) -> int:
             stderr=log,
             start_new_session=True,
             close_fds=True,
-            env=dict(os.environ, OUTLAST_STORE=store.url),
+            # and the folders this process imports jobs from (--import jobs/tasks.py)
+            env=dict(os.environ, OUTLAST_STORE=store.url, OUTLAST_SYS_PATH=json.dumps(sys.path)),
         )
     finally:
         os.close(log)

@@ -39,9 +39,9 @@ from typing import Any
 from outlast.errors import JobNotFound, OutlastError, StoreError, WorkerLockHeld
 from outlast.model import ErrorCode, ErrorInfo, JobState, Status, format_time, utcnow
 from outlast.run import procs
-from outlast.run.logs import LogWriter
 from outlast.run.spawn import load_context
 from outlast.store import Store, Task, open_store, start_when_free, wait_until_due
+from outlast.store.joblog import LogSink, max_bytes
 
 #: Seconds between SIGTERM and SIGKILL for a job that does not say (``JobState.grace``).
 DEFAULT_GRACE = 10.0
@@ -110,7 +110,7 @@ def describe_exit(code: int) -> str:
 class Run:
     """One attempt: the command's process, its output pipe, and the cancel watch."""
 
-    def __init__(self, store: Store, task: Task, state: JobState, log: LogWriter) -> None:
+    def __init__(self, store: Store, task: Task, state: JobState, log: LogSink) -> None:
         self.store, self.task, self.state, self.log = store, task, state, log
         self.grace = grace_of(state)
         cwd, saved = load_context(store, state.id)
@@ -203,18 +203,25 @@ class Run:
         self._end_leftovers()
         return self.proc.returncode if self.proc.returncode is not None else -signal.SIGKILL
 
+    def _timeout(self, listener: Any) -> float | None:
+        """How long the next wait may last (None: until something happens)."""
+        now = time.monotonic()
+        waits = [] if self.kill_at is None else [max(0.0, self.kill_at - now)]
+        if self.deadline is not None and not self.stopped:
+            waits.append(max(0.0, self.deadline - now))
+        if self.pidfd is None:  # the command is gone: give what it left a moment, then end it
+            waits.append(0.2)
+        if listener.fileno() is None:  # reconnecting to the store: look now and then
+            waits.append(1.0)
+        flush = self.log.tick()  # a log in a database: send what waits, at its time
+        if flush is not None:
+            waits.append(flush)
+        return min(waits) if waits else None
+
     def _step(self, listener: Any) -> None:
         lock_fd = self.store.lock_fileno()
         fds = [fd for fd in (self.pipe, self.pidfd, listener.fileno(), lock_fd) if fd is not None]
-        timeout = None if self.kill_at is None else max(0.0, self.kill_at - time.monotonic())
-        if self.deadline is not None and not self.stopped:
-            left = max(0.0, self.deadline - time.monotonic())
-            timeout = left if timeout is None else min(timeout, left)
-        if self.pidfd is None:  # the command is gone: give what it left a moment, then end it
-            timeout = 0.2 if timeout is None else min(timeout, 0.2)
-        if listener.fileno() is None:  # reconnecting to the store: look now and then
-            timeout = 1.0 if timeout is None else min(timeout, 1.0)
-        ready, _, _ = select.select(fds, [], [], timeout)
+        ready, _, _ = select.select(fds, [], [], self._timeout(listener))
         if self.pipe is not None and self.pipe in ready:
             self._read_pipe()
         if self.pidfd is not None and self.pidfd in ready:
@@ -267,7 +274,7 @@ class Run:
         procs.reap_adopted(skip=None, wait=1.0)
 
 
-def _attempt(store: Store, task: Task, state: JobState, log: LogWriter) -> Status | None:
+def _attempt(store: Store, task: Task, state: JobState, log: LogSink) -> Status | None:
     """Run one attempt and record it; returns the job's status after, None to stop here."""
     job_id = state.id
     run = None
@@ -285,6 +292,7 @@ def _attempt(store: Store, task: Task, state: JobState, log: LogWriter) -> Statu
         if run is not None:
             run.cleanup()
         raise
+    log.close()  # the whole output is in the log before the job's end is recorded
     if run.lost:
         return None  # fenced: whoever reconciles the job (its lock is free) retries it
     if run.timed_out:
@@ -333,7 +341,8 @@ def supervise(store: Store, job_id: str) -> int:
         return 0  # another supervisor already runs it
     procs.become_subreaper()
     try:
-        log = LogWriter(store.log_path(job_id))
+        max_bytes()  # a bad $OUTLAST_LOG_MAX_BYTES fails the job now
+        log = store.log_writer(job_id)
     except (OutlastError, OSError) as exc:
         if task.start():
             task.fail(ErrorInfo("error", f"cannot open the job's log: {exc}"), retry=False)

@@ -46,6 +46,7 @@ from outlast.model import (
 )
 from outlast.store.common import log, parse_label, worker_name
 from outlast.store.follower import follow
+from outlast.store.joblog import FileCursor, LogCursor, LogSink, LogWriter, tail_file
 from outlast.store.journal import NOT_STARTED, Fate, Journal
 from outlast.store.task import Task
 
@@ -257,6 +258,16 @@ class Store(abc.ABC):
     def get(self, job_id: str) -> JobState:
         """The job's state; :class:`JobNotFound` or :class:`CorruptJob` naming the job."""
         return self._read(check_id(job_id))
+
+    def get_many(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        """The states of those of ``job_ids`` that exist (one query on the SQL stores)."""
+        found = {}
+        for job_id in job_ids:
+            try:
+                found[job_id] = self.get(job_id)
+            except JobNotFound:
+                continue
+        return found
 
     def list(
         self,
@@ -585,6 +596,27 @@ class Store(abc.ABC):
     def log_path(self, job_id: str) -> Path:
         """Where a local worker writes the job's output (stdout and stderr)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no local logs")
+
+    def worker_output_path(self, job_id: str) -> Path:
+        """Where a detached worker started on this machine (a command's supervisor, a
+        spawned job's worker) writes what it prints itself: on a local store the job's log
+        (so its messages are read with the job's output)."""
+        return self.log_path(job_id)
+
+    def log_writer(self, job_id: str) -> LogSink:
+        """A writer of the job's log (see :mod:`outlast.store.joblog`), appending to what is
+        there; nothing is made before its first byte."""
+        return LogWriter(self.log_path(job_id), lazy=True)
+
+    def log_cursor(self, job_id: str) -> LogCursor:
+        """A reader of the job's log: everything at the first ``read_new()``, then what was
+        appended since."""
+        return FileCursor(self.log_path(job_id))
+
+    def log_tail(self, job_id: str, lines: int) -> str | None:
+        """The last ``lines`` lines of the job's log (at most about a MiB), or None when it
+        has none."""
+        return tail_file(self.log_path(job_id), lines)
 
     def close(self) -> None:  # noqa: B027 - adapters without resources need not override
         """Release the store's connections and descriptors. Local worker locks stay held until

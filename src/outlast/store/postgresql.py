@@ -59,12 +59,13 @@ from outlast import codec, paths
 from outlast.errors import InvalidInput, OutlastError, StoreError
 from outlast.machine import Outcome
 from outlast.model import TERMINAL, JobState, Kind
-from outlast.store import _pg
+from outlast.store import _pg, _pglog
 from outlast.store._pg import Conn
 from outlast.store._pglisten import PgListener
 from outlast.store._pglocks import HELD_SQL, AdvisoryLocks, PgMaintenance, lock_key, lock_pair
 from outlast.store.base import Capabilities, ChangeWatch, MaintenanceLock
 from outlast.store.common import decode_listing, log, make_private_dir
+from outlast.store.joblog import TAIL_BYTES, LogCursor, LogSink
 from outlast.store.journal import Fate, Journal, Key, line_fate, record_line
 from outlast.store.sql import (
     CLAIM_ORDER,
@@ -141,6 +142,8 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
         list(time_tables(d, "(convert_from(doc, 'UTF8')::jsonb->>'finished_at')::timestamptz")),
         # priorities: the claim's order and its index (outlast.store.sql.CLAIM_ORDER)
         [*flow_columns(d), f'DROP INDEX IF EXISTS "{schema}".jobs_claimable'],
+        # every job's log, in the database (outlast.store._pglog)
+        [*_pglog.table_statements(schema)],
     ]
 
 
@@ -263,7 +266,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         return {"lock_key": lock_key(self.schema, state.id)}
 
     def _forget(self, job_id: str) -> None:
-        for name in (f"{job_id}.log", f"{job_id}.log.1"):  # and its rotated part
+        for name in (f"{job_id}.log", f"{job_id}.log.1", f"{job_id}.worker.log"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._log_dir() / name)
 
@@ -429,8 +432,23 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", self._where)
         return Path(paths.state_dir()) / "postgresql" / name / "logs"
 
+    def log_writer(self, job_id: str) -> LogSink:
+        """A writer of the job's log in the database (readable from any host)."""
+        return _pglog.PgLogWriter(self._db, self.schema, job_id)
+
+    def log_cursor(self, job_id: str) -> LogCursor:
+        return _pglog.PgLogCursor(self._db, self.schema, job_id)
+
+    def log_tail(self, job_id: str, lines: int) -> str | None:
+        return _pglog.tail(self._db, self.schema, job_id, lines, TAIL_BYTES)
+
+    def worker_output_path(self, job_id: str) -> Path:
+        """What a detached worker on this machine prints itself (its job's output goes to
+        the database: :meth:`log_writer`)."""
+        return self.log_path(job_id).with_suffix(".worker.log")
+
     def log_path(self, job_id: str) -> Path:
-        """The job's log on this machine (logs are per machine: the worker's host has it)."""
+        """A file of the job's on this machine (the log itself is in the database)."""
         folder = self._log_dir()
         for level in (folder.parent.parent, folder.parent, folder):  # all private, not just logs
             make_private_dir(level)

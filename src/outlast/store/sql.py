@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from outlast import codec, machine
 from outlast.errors import CorruptJob, JobActive, JobNotFound, ScheduleNotFound, StoreError
-from outlast.ids import DEDICATED
+from outlast.ids import DEDICATED, check_id
 from outlast.machine import NewEvent
 from outlast.model import (
     TERMINAL,
@@ -414,6 +414,16 @@ class SqlStore(Store):
         if not rows:
             raise JobNotFound(f"no job {job_id}")
         return self._decode(job_id, rows[0][0])
+
+    def get_many(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        found: dict[str, JobState] = {}
+        unique = sorted({check_id(job_id) for job_id in job_ids})
+        for start in range(0, len(unique), _CHUNK):
+            where, params = self.dialect.one_of("id", unique[start : start + _CHUNK])
+            sql = self.dialect.sql(f"SELECT id, doc FROM {{jobs}} WHERE {where}")
+            for job_id, doc in self._query("read jobs", sql, params):
+                found[job_id] = self._decode(job_id, doc)
+        return found
 
     def _rows(self, tx: Tx, ids: Sequence[str]) -> dict[str, tuple[Any, int]]:
         """``id -> (stored document, seq)`` of those of ``ids`` that exist, locked for the

@@ -22,6 +22,8 @@ from outlast.model import (
 from outlast.store.common import worker_name
 
 if TYPE_CHECKING:  # only for annotations: the store module imports this one
+    from collections.abc import AsyncIterator
+
     from outlast.store.base import Store, Transition
 
 
@@ -95,6 +97,40 @@ class Task:
 
     def state(self) -> JobState:
         return self.store.get(self.id)
+
+    def wait(self, timeout: float | None = None) -> JobState:
+        """Block until the job is terminal (or ``timeout`` seconds); its latest state."""
+        return self.store.wait(self.id, timeout)
+
+    # ------------------------------------------------------------------ asyncio
+    async def astate(self) -> JobState:
+        """:meth:`state` for asyncio (the read runs in the loop's executor)."""
+        from outlast.store.aio import offload
+
+        return await offload(self.state)
+
+    async def await_done(self, timeout: float | None = None) -> JobState:
+        """Wait, without blocking the event loop, until the job is terminal or ``timeout``
+        seconds passed; returns its latest state (check ``state.terminal``). Woken by the
+        store's notification; a job whose worker died is reconciled after a quiet second."""
+        from outlast.store.aio import afollow
+
+        last = None
+        async for update in afollow(self.store, self.id, timeout=timeout, events=False):
+            last = update[0]
+        assert last is not None
+        return last
+
+    async def aevents(
+        self, after: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[ProgressEvent]:
+        """The job's events after ``after`` as they land, for asyncio (``async for``); ends
+        after the terminal one, or quietly after ``timeout`` seconds."""
+        from outlast.store.aio import afollow
+
+        async for _, events in afollow(self.store, self.id, after, timeout):
+            for event in events:
+                yield event
 
     def _apply(self, fn: Transition) -> JobState:
         return self.store.apply(self.id, fn).state

@@ -437,6 +437,11 @@ function renderJob(job) {
   } else if (job.error) {
     card.hidden = false;
     $("outcome-title").textContent = job.status === "canceled" ? "Canceled" : TERMINAL.has(job.status) ? "Error" : "Last error";
+    // a traceback is shown folded; a reader who unfolded it keeps it open across refreshes
+    const wasOpen = !!document.querySelector("#outcome details.traceback[open]");
+    const traceback = job.error.traceback
+      ? h("details", { class: "traceback", open: wasOpen || undefined }, h("summary", {}, "Traceback"), h("pre", {}, job.error.traceback))
+      : null;
     $("outcome").replaceChildren(
       h(
         "div",
@@ -444,6 +449,7 @@ function renderJob(job) {
         h("div", { class: "error-code" }, [job.error.code, job.error.type].filter(Boolean).join(" · ")),
         h("div", { class: "error-msg" }, job.error.message),
         job.error.hint ? h("div", { class: "muted" }, job.error.hint) : null,
+        traceback,
       ),
     );
   } else {

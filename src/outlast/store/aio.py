@@ -1,0 +1,174 @@
+"""Asyncio over the store, for async apps (FastAPI, Starlette): nothing here blocks the
+event loop.
+
+Each store call runs in the loop's default executor (a short call: one read or one write);
+waiting for a change is the store's listener watched by the loop (``loop.add_reader`` on its
+fd; a short poll where it has none), with the rules of :mod:`outlast.store.follower` (a job
+whose worker died is reconciled after a quiet second). ``Task.astate``, ``Task.await_done``
+and ``Task.aevents`` are built on this; the progress bus (:mod:`outlast.bus`) uses its
+listener too.
+
+Why a thread offload rather than an async driver: the store's code (its transactions, its
+fencing, its translation of errors) is written once and is the same for every caller; a
+call costs one hop to a thread (tens of microseconds, see BENCHMARKS.md) on top of the
+store's own time, and the loop is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from outlast.store.follower import Follower, Update
+
+if TYPE_CHECKING:
+    from outlast.store.base import Listener, Store
+
+#: Seconds between polls of a store whose listener has no fd to wait on.
+POLL = 0.02
+#: Seconds an unbounded wait sleeps at most before it looks again (a lost wake-up's net).
+LONGEST_WAIT = 60.0
+
+T = TypeVar("T")
+
+
+async def offload(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in the loop's default executor."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+class AsyncListener:
+    """An asyncio view of a store :class:`~outlast.store.Listener`: ``await wait(timeout)``.
+
+    With an fd, the loop watches it (``add_reader``) and drains it on readiness; without one,
+    ``wait`` is a short sleep and the caller re-checks. As with the listener itself: create it,
+    check your condition, then wait — a change in between is not lost. ``close`` is synchronous
+    so it can run in a ``finally`` of a cancelled task.
+    """
+
+    def __init__(self, listener: Listener, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._listener = listener
+        self._loop = loop or asyncio.get_running_loop()
+        self._ready = asyncio.Event()
+        self._fd: int | None = None
+        self._draining = False
+        self._closed = False
+        self._watch()
+
+    def _watch(self) -> None:
+        """Watch the listener's current fd (a PostgreSQL listener gets a new one when it
+        reconnects, and has none while the server cannot be reached)."""
+        fd = None if self._closed else self._listener.fileno()
+        if fd == self._fd:
+            return
+        if self._fd is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self._loop.remove_reader(self._fd)
+        self._fd = fd
+        if fd is not None:
+            self._loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        # Drained in a thread: a listener that lost its connection reconnects in drain(),
+        # which must not block the event loop. One drain at a time (one thread at a time).
+        if self._draining:
+            return
+        self._draining = True
+        if self._fd is not None:
+            self._loop.remove_reader(self._fd)
+            self._fd = None
+        future = self._loop.run_in_executor(None, self._listener.drain)
+        future.add_done_callback(self._drained)
+
+    def _drained(self, future: asyncio.Future[bool]) -> None:
+        self._draining = False
+        if not future.cancelled():
+            future.exception()  # a failure is the next wait's to see; the caller re-checks
+        self._ready.set()
+        self._watch()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when woken by a change (or when polling), False after ``timeout`` seconds."""
+        if self._fd is None and not self._draining:
+            await asyncio.sleep(min(timeout, POLL))
+            self._on_readable()  # polling: drain (and maybe reconnect), then look
+            return True
+        if not self._ready.is_set():
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._ready.wait()
+            except TimeoutError:
+                return False
+        self._ready.clear()
+        return True
+
+    def close(self) -> None:
+        self._closed = True
+        if self._fd is not None:
+            with contextlib.suppress(ValueError, OSError):
+                self._loop.remove_reader(self._fd)
+            self._fd = None
+        if self._draining:  # a drain runs in a thread: close once it is done
+            self._loop.call_soon(self._close_later)
+        else:
+            self._listener.close()
+
+    def _close_later(self) -> None:
+        if self._draining:
+            self._loop.call_later(0.01, self._close_later)
+        else:
+            self._listener.close()
+
+
+async def alisten(store: Store, job_ids: list[str] | None) -> AsyncListener:
+    """``store.listen(job_ids)`` opened in a thread (it may do I/O), as an
+    :class:`AsyncListener`. Cancelled meanwhile, the listener is closed when it lands."""
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(None, store.listen, job_ids)
+    try:
+        listener = await asyncio.shield(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(_close_landed)
+        raise
+    return AsyncListener(listener, loop)
+
+
+def _close_landed(future: asyncio.Future[Listener]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        future.result().close()
+
+
+async def afollow(
+    store: Store,
+    job_id: str,
+    after: int = 0,
+    timeout: float | None = None,
+    *,
+    events: bool = True,
+    until: Callable[..., bool] | None = None,
+) -> AsyncIterator[Update]:
+    """:func:`outlast.store.follow` for asyncio: ``(state, new events)`` as the job changes,
+    until it is terminal (or ``until(state)``) or ``timeout`` seconds have passed. The first
+    update comes at once; an unknown job raises :class:`~outlast.JobNotFound` there."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    follower = Follower(
+        store, job_id, after, reconcile=store._reconciler(), events=events, until=until
+    )
+    listener = await alisten(store, [job_id])
+    try:
+        while True:
+            yield await offload(follower.read)
+            if follower.done:
+                return
+            wait = follower.wait_for(deadline)
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            await listener.wait(LONGEST_WAIT if wait is None else wait)
+    finally:
+        listener.close()
+
+
+__all__ = ["AsyncListener", "afollow", "alisten", "offload"]
