@@ -10,6 +10,7 @@ import pytest
 import outlast
 from outlast.errors import InvalidInput
 from outlast.model import Call, Kind, Status
+from outlast.run import api
 from outlast.run.api import create_job
 from tests.jobs import pyjobs
 from tests.pool.conftest import Harness
@@ -55,6 +56,7 @@ def test_a_call_that_no_longer_fits_fails_at_once_without_retries(pool: Harness)
 
 
 def test_per_call_options_never_collide_with_the_functions_keywords(pool: Harness) -> None:
+    saved = api._default
     outlast.use_store(pool.store)
     try:
         task = outlast.submit(
@@ -65,7 +67,7 @@ def test_per_call_options_never_collide_with_the_functions_keywords(pool: Harnes
         )
         same = pyjobs.kw.options(queue="other").submit(2, queue="again")
     finally:
-        outlast.use_store(None)
+        api._default = saved
     state = task.state()
     assert (state.queue, state.labels, state.priority) == ("other", {"team": "a"}, 4)
     assert state.call is not None
