@@ -90,6 +90,11 @@ def test_post_queues_registered_jobs_only(client: httpx.Client, http_store: Stor
     assert client.post("/jobs", json={"name": "tests.echo", "queue": "q2"}).json()["queue"] == "q2"
 
     assert "unknown job name 'rm'" in _error(client.post("/jobs", json={"name": "rm"}), 400)
+    # arguments the function cannot take: a 400 that says why, and nothing stored
+    count = len(http_store.list(limit=None))
+    detail = _error(client.post("/jobs", json={"name": "tests.add", "args": [1]}), 400)
+    assert detail == "job 'tests.add' takes tests.add(a, b): missing a required argument: 'b'"
+    assert len(http_store.list(limit=None)) == count
     # Never a command: there is no field for one.
     detail = _error(client.post("/jobs", json={"name": "tests.add", "command": ["rm"]}), 422)
     assert detail[0]["loc"] == ["body", "command"] and detail[0]["type"] == "extra_forbidden"

@@ -239,7 +239,10 @@ def test_retry_from_the_job_page_and_bulk_retry_from_the_list(
     for i in range(3):
         task = store.create(kind="function", name=f"ingest.part{i}", labels={"team": "data"})
         task.start()
-        task.fail(ConnectionError("partner API answered 503"), retry=False)
+        try:
+            raise ConnectionError("partner API answered 503")
+        except ConnectionError as exc:  # raised: its traceback is kept
+            task.fail(exc, retry=False)
         failed.append(task.id)
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
@@ -253,6 +256,13 @@ def test_retry_from_the_job_page_and_bulk_retry_from_the_list(
     page.on("dialog", accept)
     page.goto(f"{secured.url}/?token={TOKEN}#/jobs/{failed[0]}")
     page.locator("#job-status").filter(has_text="failed").wait_for()
+    # the traceback is folded under the error; unfolded, it stays open across refreshes
+    trace = page.locator("#outcome details.traceback")
+    assert not trace.locator("pre").is_visible()
+    trace.locator("summary").click()
+    trace.locator("pre").filter(has_text="ConnectionError: partner API answered 503").wait_for()
+    page.wait_for_timeout(300)
+    assert page.locator("#outcome details.traceback[open] pre").is_visible()
     page.get_by_role("button", name="Retry").click()
     page.locator("#job-meta").filter(has_text="retry of").wait_for()
     [new] = store.retries_of(failed[0])

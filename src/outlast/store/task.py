@@ -229,7 +229,12 @@ class Task:
         ``canceled``."""
         if isinstance(exc, str):
             exc = ErrorInfo(code, exc)
-        error = machine.error_info(exc, code)
+        trace = None
+        if isinstance(exc, BaseException) and exc.__traceback__ is not None:  # a raised one
+            import traceback
+
+            trace = "".join(traceback.format_exception(exc))
+        error = machine.error_info(exc, code, trace)
         attempt, base = self.attempt, config.retry_delay()
         return self._apply(
             lambda s: machine.fail(s, attempt, error, retry, base, utcnow(), keep_worker)
