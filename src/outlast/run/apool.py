@@ -10,9 +10,12 @@ process pool (:mod:`outlast.run.pool`):
   async pool's jobs are reconciled like any other's: retried while attempts are left.
 - **Fencing**: each job's writes carry its attempt token; an outcome for a job that was
   canceled, deleted or taken away meanwhile is refused.
-- **The attempt journal** (:mod:`outlast.store.journal`) records each start and outcome
-  before it is acted on, so a pool killed at any moment neither counts an attempt that never
-  started nor runs again a function that returned.
+- **The attempt journal** (:mod:`outlast.store.journal`): the jobs of a claim all start at
+  once, so the claim's own transaction records them as started (``attempts`` counts starts,
+  with no statement of its own per job); an outcome is written as soon as the function
+  returns (those that end together, in one transaction), and journaled only if that write
+  fails, so a pool killed at any moment does not run again a function whose outcome it
+  wrote or journaled.
 - **Cancel** cancels the job's asyncio task (``CancelledError`` at its current ``await``;
   ``outlast.current().check_cancel()`` raises ``outlast.Canceled``). **Timeout** cancels it
   at its deadline (code ``timeout``, retried while attempts are left).
@@ -26,8 +29,9 @@ cooperative only, and its timeout is not enforced: give such jobs a process pool
 extensions or child processes write to the file descriptors goes to the pool's output (the
 descriptors are the process's, shared by its jobs).
 
-All store calls run in one thread of their own (in order, off the loop); outcomes are
-written in batches, as the process pool does.
+All store calls run in one thread of their own (in order, off the loop); outcomes that end
+while a write is under way wait for the next one, so under load they are written in batches
+without a delay of their own.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -56,17 +60,16 @@ from outlast.run import context, registry
 from outlast.run.execute import arun_attempt, transition
 from outlast.run.maintain import Maintainer
 from outlast.run.slots import Outage, pool_store
-from outlast.store import Store, Task, worker_name
+from outlast.store import Journal, Store, Task, worker_name
 from outlast.store.aio import AsyncListener
 from outlast.store.joblog import LogSink
+from outlast.store.journal import Key
 
 log = logging.getLogger("outlast.worker")
 KINDS = [Kind.FUNCTION, Kind.PIPELINE]
 IDLE_RECHECK = 60.0  # seconds an idle pool sleeps at most (a lost wake-up's net)
 CHECK_EVERY = 0.1  # at most this often, after a wake-up, the running jobs are checked
 LOCK_CHECK = 1.0  # seconds between checks that the jobs' worker locks are still held
-FLUSH_DELAY = 0.005  # seconds an outcome may wait to be written with others
-FLUSH_BATCH = 64  # outcomes written at once without waiting out FLUSH_DELAY
 CANCEL_GRACE_MAX = 10.0
 
 T = TypeVar("T")
@@ -114,6 +117,7 @@ class AsyncPool:
         self.stopping = False
         self.token = secrets.token_hex(4)
         self.journal = store.journal(worker_name(), f"{self.token}+async")
+        self._starting = _StartAtClaim(self.journal)
         # every store call, in order, on one thread: the loop never waits for the store
         self._io = ThreadPoolExecutor(1, thread_name_prefix="outlast-store")
         self._wake: asyncio.Event | None = None
@@ -123,19 +127,11 @@ class AsyncPool:
         self._locks_at = 0.0
         self._stop_at = float("inf")
         self._unwritten: list[tuple[Task, Outcome]] = []
-        self._flush_at: float | None = None
+        self._retry_at = 0.0  # a failed write of outcomes is tried again then
         self._logs = _LogRouter(store)
-        self._local_journal = not store.capabilities.spans_hosts
 
     async def _store(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
-
-    async def _journal(self, fn: Callable[..., T], *args: Any) -> T:
-        """A journal record: on a local store one ``write()`` to a file, done here; on
-        PostgreSQL a statement, sent from the store's thread."""
-        if self._local_journal:
-            return fn(*args)
-        return await self._store(fn, *args)
 
     # ------------------------------------------------------------ the loop
     async def run(self) -> int:
@@ -174,9 +170,7 @@ class AsyncPool:
         when the pool is done."""
         claimed = await self._fill()
         now = time.monotonic()
-        if self._unwritten and (
-            not self.running or len(self._unwritten) >= FLUSH_BATCH or now >= (self._flush_at or 0)
-        ):
+        if self._unwritten and now >= self._retry_at:
             await self._flush()
         if self.running and now >= self._locks_at:
             self._locks_at = now + LOCK_CHECK
@@ -202,7 +196,9 @@ class AsyncPool:
     def _timeout(self) -> float:
         now = time.monotonic()
         waits = [IDLE_RECHECK]
-        for at in (self._due_at, self._flush_at, self._check_at):
+        if self._unwritten:
+            waits.append(self._retry_at - now)
+        for at in (self._due_at, self._check_at):
             if at is not None:
                 waits.append(at - now)
         if self.running:
@@ -243,7 +239,7 @@ class AsyncPool:
             self._due_at, self._claim_due = None, True
         if self.stopping or free <= 0 or not self._claim_due:
             return 0
-        tasks = await self._store(self.store.claim, None, free, self.queues, KINDS, self.journal)
+        tasks = await self._store(self.store.claim, None, free, self.queues, KINDS, self._starting)
         self.claims += 1
         self._claim_due = len(tasks) == free  # a full claim: there may be more
         if not tasks:
@@ -267,7 +263,6 @@ class AsyncPool:
     async def _run(self, running: Running, state: JobState) -> None:
         task, job = running.task, running.job
         assert task.attempt is not None
-        key = (task.id, task.attempt)
         context.enter_task(job)  # this task's (and its children's) outlast.current()
         me = asyncio.current_task()
         assert me is not None
@@ -281,15 +276,11 @@ class AsyncPool:
                 error = error_info(Fail(f"cannot load job: {exc}"))
                 outcome = Outcome("fail", error=error, retry=False)
             else:
-                if not await self._journal(self.journal.started, key):
-                    outcome = Outcome("release")
-                else:
-                    with self._logs.job(task.id):
-                        outcome = await arun_attempt(spec, task, state)
-                    # from here on a stop does not give it back (unless it was the stop
-                    # that ended it)
-                    running.returned = running.stopping != "stop"
-                    await self._logs.drained(task.id)
+                with self._logs.job(task.id):
+                    outcome = await arun_attempt(spec, task, state)
+                # from here on a stop does not give it back (unless the stop ended it)
+                running.returned = running.stopping != "stop"
+                await self._logs.drained(task.id)
         except asyncio.CancelledError:
             outcome = Outcome("cancel")
         finally:
@@ -299,13 +290,10 @@ class AsyncPool:
             return
         if running.stopping == "lost":
             outcome = Outcome("gone")
-        await self._journal(self.journal.returned, key, outcome)
         self._finish(running, outcome)
 
     def _finish(self, running: Running, outcome: Outcome) -> None:
         self.running.pop(running.task.id, None)
-        if not self._unwritten:
-            self._flush_at = time.monotonic() + FLUSH_DELAY
         self._unwritten.append((running.task, outcome))
         self._claim_due = True  # a place is free
         self._poke()
@@ -313,14 +301,23 @@ class AsyncPool:
     async def _flush(self) -> None:
         """Write the outcomes waiting, in one go, then drop their jobs' locks (if the store
         fails they wait for the next try; each is fenced by its attempt)."""
-        done, self._unwritten, self._flush_at = self._unwritten, [], None
+        done, self._unwritten = self._unwritten, []
         try:
             await self._store(self._write, done)
         except StoreError:
             self._unwritten = done + self._unwritten
-            self._flush_at = time.monotonic() + 1.0
+            self._retry_at = time.monotonic() + 1.0
+            # kept in the journal meanwhile (a file beside a local store: it may still work)
+            await self._store(self._journal_outcomes, done)
             raise
         self.processed += len(done)
+
+    def _journal_outcomes(self, done: list[tuple[Task, Outcome]]) -> None:
+        for task, outcome in done:
+            try:
+                self.journal.returned((task.id, task.attempt or 0), outcome)
+            except OutlastError:
+                return
 
     def _write(self, done: list[tuple[Task, Outcome]]) -> None:
         items = []
@@ -404,6 +401,17 @@ class AsyncPool:
                 await self._flush()
         if not self._unwritten:
             await self._store(self.journal.discard)
+
+
+class _StartAtClaim(Journal):
+    """The pool's journal, recording the attempts it claims as started: an async pool starts
+    every job of a claim at once (see the module)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def claimed(self, keys: Sequence[Key], started: bool = False) -> None:
+        self.journal.claimed(keys, started=True)
 
 
 def _give_back(tasks: list[Task]) -> None:

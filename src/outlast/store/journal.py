@@ -60,8 +60,9 @@ class Journal:
     """The journal of a store that keeps none: every claimed attempt counts, and outcomes are
     written only by the pool. Adapters override all of it or nothing."""
 
-    def claimed(self, keys: Sequence[Key]) -> None:
-        """A pool claimed these attempts; none has started."""
+    def claimed(self, keys: Sequence[Key], started: bool = False) -> None:
+        """A pool claimed these attempts; none has started (``started``: all start at once,
+        as an async pool's do, so they are recorded as started)."""
 
     def started(self, key: Key) -> bool:
         """The attempt's function is about to be called: False when that could not be
@@ -94,10 +95,10 @@ class FileJournal(Journal):
         # what a compaction keeps: claims not started, starts not returned, outcomes unwritten
         self._keep: dict[Key, bytes] = {}
 
-    def claimed(self, keys: Sequence[Key]) -> None:
+    def claimed(self, keys: Sequence[Key], started: bool = False) -> None:
         lines = []
         for key in keys:
-            line = record_line("c", key).encode()
+            line = record_line("s" if started else "c", key).encode()
             self._keep[key] = line
             lines.append(line)
         if lines:

@@ -486,8 +486,9 @@ class _PgJournal(Journal):
         self._held: tuple[int, int] | None = None
         self._failing = False
 
-    def claimed(self, keys: Sequence[Key]) -> None:
-        self.store._journal_claims([(k, record_line("c", k)) for k in keys])
+    def claimed(self, keys: Sequence[Key], started: bool = False) -> None:
+        kind = "s" if started else "c"
+        self.store._journal_claims([(k, record_line(kind, k)) for k in keys])
 
     def started(self, key: Key) -> bool:
         if self._held is not None:  # an attempt that never said how it ended
