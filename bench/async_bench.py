@@ -84,10 +84,12 @@ def env_for(url: str) -> dict[str, str]:
     return env
 
 
-def outlast_throughput(base: str | None, jobs: int, concurrency: int, sleep: float) -> dict:
+def outlast_throughput(
+    base: str | None, jobs: int, concurrency: int, sleep: float, run: int = 0
+) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o700)
-        url = fresh_url(base, "athr") if base else f"sqlite://{tmp}/s.db"
+        url = fresh_url(base, f"athr{run}") if base else f"sqlite://{tmp}/s.db"
         store = open_store(url)
         started = time.perf_counter()
         for _ in range(jobs):
@@ -116,10 +118,10 @@ def outlast_throughput(base: str | None, jobs: int, concurrency: int, sleep: flo
     return {"enqueue_s": enqueued - started, "drain_s": drained - enqueued, "done": done}
 
 
-def outlast_latency(base: str | None, count: int) -> dict:
+def outlast_latency(base: str | None, count: int, run: int = 0) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o700)
-        url = fresh_url(base, "alat") if base else f"sqlite://{tmp}/s.db"
+        url = fresh_url(base, f"alat{run}") if base else f"sqlite://{tmp}/s.db"
         store = open_store(url)
         worker = subprocess.Popen(
             [sys.executable, "-m", "outlast", "worker", "--async", "--import", "bench_jobs"],
@@ -163,8 +165,8 @@ def main() -> None:
         order = systems if run % 2 == 0 else list(reversed(systems))
         for name in order:
             if name == "outlast":
-                thr = outlast_throughput(opts.store, opts.jobs, opts.concurrency, opts.sleep)
-                lat = outlast_latency(opts.store, opts.latency)
+                thr = outlast_throughput(opts.store, opts.jobs, opts.concurrency, opts.sleep, run)
+                lat = outlast_latency(opts.store, opts.latency, run)
             else:
                 assert python is not None
                 args = [str(opts.jobs), str(opts.concurrency), str(opts.sleep)]

@@ -2,9 +2,11 @@
 
 Run as ``python -m tests.http.serve_app FD``. The store URL and token come from
 ``OUTLAST_STORE`` and ``OUTLAST_TEST_TOKEN``; ``OUTLAST_TEST_PING`` shortens the SSE keep-alive
-interval. On SIGUSR1 the process writes how many asyncio tasks it has to
-``OUTLAST_TEST_PROBE`` (the harness counts its file descriptors itself, with psutil): the
-leak test needs that number and the app must not expose it.
+interval, ``OUTLAST_TEST_HOSTS`` (comma-separated) is the ``Host`` allowlist, and
+``OUTLAST_TEST_ACCESS_LOG`` turns uvicorn's access log on. On SIGUSR1 the process writes
+how many asyncio tasks it has to ``OUTLAST_TEST_PROBE`` (the harness counts its file
+descriptors itself, with psutil): the leak test needs that number and the app must not
+expose it.
 """
 
 from __future__ import annotations
@@ -32,15 +34,18 @@ def _probe(path: str) -> None:
 
 async def main(fd: int) -> None:
     store = open_store(os.environ["OUTLAST_STORE"])
+    hosts = os.environ.get("OUTLAST_TEST_HOSTS")
     app = create_app(
         store,
         token=os.environ.get("OUTLAST_TEST_TOKEN") or None,
         heartbeat=float(os.environ.get("OUTLAST_TEST_PING") or 15),
+        hosts=hosts.split(",") if hosts else None,
     )
     probe = os.environ.get("OUTLAST_TEST_PROBE")
     if probe:
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _probe, probe)
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1)
+    level = "info" if os.environ.get("OUTLAST_TEST_ACCESS_LOG") else "warning"
+    config = uvicorn.Config(app, log_level=level, timeout_graceful_shutdown=1)
     # socket(fileno=…) reads the family back (uvicorn's own fd= assumes AF_UNIX, which would
     # leave Nagle's algorithm on for TCP and add 40 ms to every keep-alive request).
     await uvicorn.Server(config).serve(sockets=[socket.socket(fileno=fd)])

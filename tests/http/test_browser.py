@@ -1,9 +1,11 @@
 """The dashboard in a real browser: headless Chromium (Debian's package) driven by Playwright.
 
 It loads the dashboard of a token-protected server with ``?token=``, sees a running job's
-progress advance live, opens the job, presses cancel and sees ``canceled``, then answers a
-paused job's question. It saves the
-screenshots the README shows: ``docs/dashboard.png`` (the list) and ``docs/dashboard-job.png``.
+progress advance live, opens the job, presses cancel (and confirms) and sees ``canceled``,
+then answers a paused job's question; afterwards the server's access log holds no token. It
+takes the screenshots the README shows, ``dashboard.png`` (the list) and
+``dashboard-job.png``, into the test's folder, or into ``$OUTLAST_SCREENSHOTS`` (what
+``scripts/screenshots`` does to refresh ``docs/``): a test run leaves the checkout as it was.
 """
 
 from __future__ import annotations
@@ -21,7 +23,16 @@ from tests.http.conftest import TOKEN
 from tests.http.harness import ROOT, Server, finish, start_worker
 
 CHROMIUM = Path("/usr/bin/chromium")
-DOCS = ROOT / "docs"
+
+
+def shots(tmp_path: Path) -> Path:
+    """Where the screenshots go: ``$OUTLAST_SCREENSHOTS`` (relative to the checkout), else
+    the test's own folder."""
+    chosen = os.environ.get("OUTLAST_SCREENSHOTS")
+    folder = ROOT / chosen if chosen else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(),
@@ -71,7 +82,7 @@ def shown(tmp_path: Path) -> Iterator[tuple[Server, Store, str]]:
     os.chmod(tmp_path, 0o700)
     url = f"sqlite://{tmp_path}/dashboard.db"
     store = open_store(url)
-    server = Server(url, tmp_path, token=TOKEN)
+    server = Server(url, tmp_path, token=TOKEN, env={"OUTLAST_TEST_ACCESS_LOG": "1"})
     try:
         yield server, store, url
     finally:
@@ -80,7 +91,7 @@ def shown(tmp_path: Path) -> Iterator[tuple[Server, Store, str]]:
 
 
 def test_the_dashboard_follows_a_job_live_and_cancels_it(
-    page: Any, shown: tuple[Server, Store, str]
+    page: Any, shown: tuple[Server, Store, str], tmp_path: Path
 ) -> None:
     secured, http_store, http_store_url = shown
     paused = _scenery(http_store)
@@ -92,11 +103,20 @@ def test_the_dashboard_follows_a_job_live_and_cancels_it(
     page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
     page.on("console", lambda msg: _console(msg, problems))
     page.on("response", lambda response: _response(response, problems))
+    asked: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", accept)
+    folder = shots(tmp_path)
     try:
         page.goto(f"{secured.url}/?token={TOKEN}")
         row = page.locator(f'tr[data-id="{job.id}"]')
         row.wait_for()
-        assert "token=" not in page.url  # taken into sessionStorage, out of the address bar
+        assert "token=" not in page.url  # traded for a session cookie, out of the address bar
+        assert page.evaluate("() => JSON.stringify(sessionStorage) + document.cookie") == "{}"
         # Live: the percentage in the row climbs without a reload.
         first = _percent(row.locator(".pct").inner_text(), default=0)
         page.wait_for_function(
@@ -108,8 +128,7 @@ def test_the_dashboard_follows_a_job_live_and_cancels_it(
             timeout=20000,
         )
         assert page.locator("#live").get_attribute("data-state") == "live"
-        DOCS.mkdir(exist_ok=True)
-        page.screenshot(path=str(DOCS / "dashboard.png"))
+        page.screenshot(path=str(folder / "dashboard.png"))
 
         row.click()
         page.locator("#job-status").filter(has_text="running").wait_for()
@@ -123,9 +142,10 @@ def test_the_dashboard_follows_a_job_live_and_cancels_it(
         )
         page.get_by_role("button", name="Cancel job").click()
         page.locator("#job-status").filter(has_text="canceled").wait_for(timeout=10000)
+        assert asked == ["Cancel job video.transcode? Its work is stopped."]
         assert page.locator("#outcome-title").text_content() == "Canceled"
         page.locator("#toast").evaluate("toast => { toast.hidden = true; }")
-        page.screenshot(path=str(DOCS / "dashboard-job.png"))
+        page.screenshot(path=str(folder / "dashboard-job.png"))
         assert http_store.get(job.id).status == "canceled"
 
         # Back to the list, open the job that asks a question, answer it.
@@ -139,6 +159,10 @@ def test_the_dashboard_follows_a_job_live_and_cancels_it(
     finally:
         finish(worker, timeout=30)  # it stops by itself once the job is canceled
     assert not problems, problems
+    log = secured.output()
+    assert "GET /events HTTP/1.1" in log and "POST /session HTTP/1.1" in log  # it logs
+    assert TOKEN not in log, "the token reached the server's log"
+    assert "token=***" in log  # the first page load's ?token=, masked
 
 
 def _console(message: Any, problems: list[str]) -> None:
@@ -277,4 +301,40 @@ def test_retry_from_the_job_page_and_bulk_retry_from_the_list(
     page.wait_for_function("() => !document.querySelector('#toast').hidden")
     assert asked == ["Retry 3 failed jobs?"]
     assert all(len(store.retries_of(job)) == (2 if job == failed[0] else 1) for job in failed)
+    assert not problems, problems
+
+
+def test_a_phone_a_missing_job_and_a_wrong_token(
+    page: Any, shown: tuple[Server, Store, str], tmp_path: Path
+) -> None:
+    secured, store, _ = shown
+    _scenery(store)
+    known = store.create(kind="function", name="reports.weekly", labels={"team": "finance"})
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.set_viewport_size({"width": 420, "height": 860})
+    # a wrong token: the dialog says so, and the page claims nothing about the jobs
+    page.goto(f"{secured.url}/")
+    page.locator("#token-dialog[open]").wait_for()
+    page.locator("#token-input").fill("not the token")
+    page.locator("#token-form button").click()
+    page.locator("#token-error").filter(has_text="Wrong token").wait_for()
+    assert page.locator("#empty").is_hidden(), "'No jobs here yet' behind the dialog"
+    page.locator("#token-input").fill(TOKEN)
+    page.locator("#token-form button").click()
+    row = page.locator(f'tr[data-id="{known.id}"]')
+    row.wait_for()
+    # on a phone the list keeps its step column in view
+    step = page.locator("table.jobs thead th", has_text="Step").first.bounding_box()
+    assert step is not None and step["x"] + step["width"] <= 420, step
+    page.screenshot(path=str(shots(tmp_path) / "dashboard-phone.png"))
+    # a job, then a missing one: nothing of the first stays
+    row.click()
+    page.locator("#job-status").filter(has_text="pending").wait_for()
+    page.goto(f"{secured.url}/#/jobs/doesnotexist")
+    page.locator("#job-name").filter(has_text="No such job").wait_for()
+    assert page.locator("#job-status").inner_text() == ""
+    assert page.locator("#job-meta").inner_text() == ""
+    for button in ("#cancel", "#delete", "#retry"):
+        assert page.locator(button).is_hidden(), button
     assert not problems, problems

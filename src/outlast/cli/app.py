@@ -312,6 +312,28 @@ def status(job_id: str, tracebacks: bool, as_json: bool, store_url: str | None) 
         click.echo("\n" + render.attempt_tracebacks(events))
 
 
+@cli.command()
+@click.option(
+    "--window",
+    metavar="DURATION",
+    default="1h",
+    show_default=True,
+    help="How far back the finished jobs' figures look.",
+)
+@json_option
+@store_option
+def stats(window: str, as_json: bool, store_url: str | None) -> None:
+    """The store at a glance: jobs by status and queue, the oldest due job per queue, the
+    finished jobs of the last hour (waits, run times), busy workers, schedules; what GET
+    /metrics serves."""
+    seconds = parse_duration(window, "--window")
+    if not seconds:
+        raise click.BadParameter("must be more than 0", param_hint="--window")
+    with _open(store_url) as store:
+        doc = store.stats(seconds).to_dict()
+    click.echo(render.dumps(doc) if as_json else render.stats_text(doc))
+
+
 @cli.command(name="ls")
 @click.option("--status", "status_", type=click.Choice([s.value for s in Status]))
 @click.option("--label", metavar="K=V", help="Only jobs with this label.")

@@ -228,3 +228,40 @@ def shlex_join(argv: list[str]) -> str:
     import shlex
 
     return shlex.join(argv)
+
+
+def stats_text(doc: dict[str, Any]) -> str:
+    """``outlast stats`` for a person."""
+    jobs = doc["jobs"]
+    lines = ["jobs:      " + "  ".join(f"{n} {status}" for status, n in jobs.items())]
+    for name, queue in doc["queues"].items():
+        live = "  ".join(f"{queue[s]} {s}" for s in ("pending", "running", "paused"))
+        oldest = queue["oldest_due_seconds"]
+        waited = f"  oldest due waited {_duration(oldest)}" if oldest else ""
+        lines.append(f"queue {name}: {live}{waited}")
+    recent = doc["recent"]
+    finished = recent["finished"]
+    total = sum(finished.values())
+    outcomes = ", ".join(f"{n} {status}" for status, n in finished.items())
+    window = _duration(recent["window_seconds"])
+    line = f"last {window}: {total} finished" + (f" ({outcomes})" if total else "")
+    if total:
+        wait, run = recent["wait_seconds"], recent["run_seconds"]
+        line += (
+            f", {recent['per_minute']}/min; waited p50 {_seconds(wait['p50'])}"
+            f" p95 {_seconds(wait['p95'])}; ran p50 {_seconds(run['p50'])}"
+            f" p95 {_seconds(run['p95'])}"
+        )
+    lines.append(line)
+    sched = doc["schedules"]
+    lines.append(
+        f"workers busy: {doc['busy_workers']}   schedules: {sched['total']}"
+        f" ({sched['paused']} paused, {sched['due']} due)"
+    )
+    return "\n".join(lines)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.1f} ms" if value < 1 else _duration(value)

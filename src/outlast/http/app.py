@@ -18,10 +18,12 @@ FastAPI runs in its thread pool, and the streams are async and hop to threads fo
 from __future__ import annotations
 
 import functools
+import hmac
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI, Query, Security
+from fastapi import APIRouter, FastAPI, Query, Request, Security
 from fastapi import Path as FastPath
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPBearer
@@ -32,7 +34,13 @@ from outlast.bus import Bus, StoreBus
 from outlast.errors import InvalidInput, JobNotFound
 from outlast.http import errors, sse
 from outlast.http.deps import ExistingJob, JobId
-from outlast.http.guard import Guard
+from outlast.http.guard import (
+    SESSION_COOKIE,
+    SESSION_TTL,
+    Guard,
+    redact_access_log,
+    session_value,
+)
 from outlast.http.schemas import (
     BulkAction,
     BulkResult,
@@ -43,6 +51,7 @@ from outlast.http.schemas import (
     Health,
     JobDocument,
     JobPage,
+    Login,
     Resume,
     Retries,
     ScheduleDocument,
@@ -81,12 +90,17 @@ def create_app(
     *,
     bus: Bus | None = None,
     heartbeat: float = sse.HEARTBEAT,
+    hosts: Collection[str] | None = None,
 ) -> FastAPI:
     """The HTTP API and dashboard over ``store``.
 
-    With ``token``, every ``/jobs`` route and ``/events`` need ``Authorization: Bearer
-    <token>`` (the streams also take ``?token=``); ``/healthz``, ``/openapi.json`` and the
-    dashboard's files stay open, and the dashboard asks for the token. ``bus`` defaults to
+    With ``token``, every route but ``/healthz``, ``/openapi.json``, ``/session`` and the
+    dashboard's files needs ``Authorization: Bearer <token>`` or the dashboard's session
+    cookie (``POST /session`` with the token sets it; the streams also take ``?token=``,
+    masked in uvicorn's access log). Requests that may change something are refused from
+    another site, and their bodies must be JSON (see :mod:`outlast.http.guard`). ``hosts``:
+    the only names the ``Host`` header may give (``outlast serve`` on loopback without a
+    token passes the loopback names: DNS rebinding). ``bus`` defaults to
     :class:`~outlast.bus.StoreBus` over ``store``, whose streams reconcile a job whose worker
     died. ``heartbeat``: seconds between keep-alive comments on a quiet stream. Mount the
     result in your own app, or serve it with :func:`outlast.http.serve`.
@@ -99,7 +113,8 @@ def create_app(
         redoc_url=None,
     )
     errors.install(app)
-    app.add_middleware(Guard, token=token)
+    app.add_middleware(Guard, token=token, hosts=hosts)
+    redact_access_log()
     recheck = functools.partial(reap.reconcile, store)
     bus = bus or StoreBus(store, recheck=recheck)
     app.state.store, app.state.bus = store, bus
@@ -111,6 +126,49 @@ def create_app(
         """Liveness, and that the store answers."""
         store.list(limit=1)
         return JSONResponse({"status": "ok"})
+
+    @app.get(
+        "/metrics",
+        tags=["meta"],
+        response_class=PlainTextResponse,
+        responses=_json_errors(503, *denied),
+        dependencies=auth,
+    )
+    def prometheus_metrics() -> Response:
+        """The store's numbers in Prometheus' text format (see :mod:`outlast.http.metrics`):
+        jobs by queue, status and kind, the oldest due job per queue, the last hour's
+        finished jobs with wait and run time histograms, busy workers, schedules."""
+        from outlast.http import metrics
+
+        body = metrics.render(store.stats())
+        return Response(body, media_type=metrics.CONTENT_TYPE_LATEST)
+
+    @app.post("/session", status_code=204, tags=["meta"], responses=_json_errors(400, 401, 422))
+    def sign_in(body: Login, request: Request) -> Response:
+        """Trade the token for the dashboard's session cookie (HttpOnly, SameSite=Strict, 12
+        hours), so that no page and no URL ever holds the token."""
+        if token is None:
+            return Response(status_code=204)
+        if not hmac.compare_digest(body.token.encode(), token.encode()):
+            return JSONResponse({"error": "unauthorized", "detail": "wrong token"}, 401)
+        response = Response(status_code=204)
+        response.set_cookie(
+            SESSION_COOKIE,
+            session_value(token),
+            max_age=SESSION_TTL,
+            path=request.scope.get("root_path") or "/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    @app.delete("/session", status_code=204, tags=["meta"])
+    def sign_out(request: Request) -> Response:
+        """Forget the session cookie."""
+        response = Response(status_code=204)
+        response.delete_cookie(SESSION_COOKIE, path=request.scope.get("root_path") or "/")
+        return response
 
     app.include_router(_action_routes(store, denied), dependencies=auth)
     app.include_router(_job_routes(store, denied), dependencies=auth)

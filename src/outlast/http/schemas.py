@@ -120,6 +120,15 @@ class ErrorInfoDoc(BaseModel):
     message: str
     hint: str | None
     type: str | None
+    traceback: str | None = Field(
+        default=None, description="the job code's traceback (redacted, its last 16 KiB)"
+    )
+
+
+class Login(Strict):
+    """Sign the dashboard in: the server's token, traded for a session cookie."""
+
+    token: str = Field(min_length=1, max_length=4096)
 
 
 class CallDoc(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import logging
 import socket
@@ -87,12 +88,15 @@ def serve(
 
     import_modules(list(imports))
     _raise_fd_limit()
+    sock = bind(host, port)
     store = open_store(store_url)
     maintainer = Maintainer(store)  # the server takes its turn at the store's maintenance
     try:
         sync_declared(store)  # @outlast.job(cron=…) of the imported modules
         maintainer.start()
-        app = create_app(store, token=token)
+        # without a token the server is for this machine only: requests must name it so
+        hosts = None if token else {"localhost", "127.0.0.1", "::1", host.strip("[]")}
+        app = create_app(store, token=token, hosts=hosts)
         server = uvicorn.Server(
             uvicorn.Config(
                 app,
@@ -104,7 +108,29 @@ def serve(
                 timeout_graceful_shutdown=3,
             )
         )
-        server.run()
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         maintainer.stop()
         store.close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; :class:`InvalidInput` saying why not (a port in
+    use, an address this machine does not have)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise InvalidInput(f"cannot serve on {host}: {exc.strerror or exc}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        why = "it is in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+        raise InvalidInput(f"cannot serve on {host}:{port}: {why}") from None
+    sock.set_inheritable(False)
+    return sock

@@ -1,140 +1,147 @@
 """A function or pipeline job's output, routed to the job's log.
 
-While a job runs, file descriptors 1 and 2 of its process are the write end of one pipe, so
-everything it prints reaches its log in the order written: Python's ``print`` and
-``logging``, C extensions writing to the descriptors, and the processes it starts (they
-inherit them). One thread per process (the pump) reads the pipes of its jobs and appends to
-each job's log (:meth:`outlast.store.Store.log_writer`: a file, or chunks in PostgreSQL).
+While a job runs, file descriptors 1 and 2 of its process are one spool file (unlinked, in
+the temporary folder, opened for appending), so everything it prints lands there in the
+order written: Python's ``print`` and ``logging``, C extensions writing to the descriptors,
+and the processes it starts (they inherit them). What the spool gained is copied to the
+job's log (:meth:`outlast.store.Store.log_writer`: a file, or chunks in PostgreSQL) every
+:data:`COPY_EVERY` seconds while the job runs, so ``outlast logs -f`` follows it, and the
+rest when it returns, before its outcome is sent: the log is complete when the job shows
+finished. Then the spool is emptied for the next job.
 
-When the job returns, the process's own descriptors are put back and the pump reads what is
-left; the outcome is sent once the job's pipe is drained, so the log is complete when the
-job shows finished. A process the job left running keeps writing to the job's log (its pipe
-stays open) without holding up the next job, whose output goes to a pipe of its own.
+Why a spool file and not a pipe: a job that prints nothing (most short jobs) costs two
+``fstat`` calls and four ``dup2`` calls, no thread hand-off; a pipe needs a reader thread
+woken twice per job, which cost a no-op pool 40% of its throughput (BENCHMARKS.md). The
+price: a process the job leaves running keeps writing to the spool after the job returned,
+and that output is not kept (it is cleared with the spool). A job that writes more than
+:data:`SPOOL_MAX` bytes between two copies has the spool emptied under it: a write that
+lands between the copy and the emptying is lost (the log, capped by its rotation, keeps the
+most recent output anyway).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
-import selectors
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
+from functools import partial
 
 from outlast.store.common import log
 from outlast.store.joblog import LogSink
 
-#: Seconds a finished job's pipe may take to drain before its outcome goes without waiting
-#: (a process it started still holds the pipe open).
-DRAIN_WAIT = 1.0
-
-
-class Pump(threading.Thread):
-    """Reads the pipes of the jobs of this process into their logs (see the module)."""
-
-    def __init__(self) -> None:
-        super().__init__(name="outlast-log-pump", daemon=True)
-        self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._mutex = threading.Lock()
-        self._new: list[tuple[int, LogSink, threading.Event]] = []
-        self._sinks: dict[int, tuple[LogSink, threading.Event]] = {}
-
-    def add(self, fd: int, sink: LogSink) -> threading.Event:
-        """Read ``fd`` into ``sink`` until its end; the event is set then (``sink`` closed)."""
-        done = threading.Event()
-        with self._mutex:
-            self._new.append((fd, sink, done))
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._wake_w, b"x")
-        return done
-
-    def run(self) -> None:
-        while True:
-            timeout = None
-            for sink, _ in self._sinks.values():
-                due = self._tick(sink)
-                if due is not None:
-                    timeout = due if timeout is None else min(timeout, due)
-            for key, _ in self._selector.select(timeout):
-                if key.data is None:
-                    self._take_new()
-                else:
-                    self._read(key.fd)
-
-    def _take_new(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            os.read(self._wake_r, 4096)
-        with self._mutex:
-            new, self._new = self._new, []
-        for fd, sink, done in new:
-            self._sinks[fd] = (sink, done)
-            self._selector.register(fd, selectors.EVENT_READ, fd)
-
-    def _read(self, fd: int) -> None:
-        sink, done = self._sinks[fd]
-        try:
-            data = os.read(fd, 256 * 1024)
-        except OSError:
-            data = b""
-        if data:
-            try:
-                sink.write(data)
-            except Exception as exc:  # a full disk: the job goes on, its output is lost
-                log.warning("cannot write a job's log: %s", exc)
-            return
-        self._selector.unregister(fd)
-        os.close(fd)
-        del self._sinks[fd]
-        try:
-            sink.close()
-        except Exception as exc:
-            log.warning("cannot write a job's log: %s", exc)
-        done.set()
-
-    @staticmethod
-    def _tick(sink: LogSink) -> float | None:
-        try:
-            return sink.tick()
-        except Exception as exc:
-            log.warning("cannot write a job's log: %s", exc)
-            return None
+#: Seconds between copies of a running job's output to its log.
+COPY_EVERY = 0.2
+#: Bytes the spool may hold before it is emptied while a job runs.
+SPOOL_MAX = 64 * 1024 * 1024
+_CHUNK = 1024 * 1024
 
 
 class Capture:
-    """Routes this process's descriptors 1 and 2 to one job's log at a time."""
+    """Routes this process's descriptors 1 and 2 to one job's log at a time (see the
+    module)."""
 
     def __init__(self) -> None:
-        self._pump = Pump()
-        self._pump.start()
+        self._spool = _spool_file()
         # the process's own output (the pool's terminal or log), for between the jobs
         self._out, self._err = os.dup(1), os.dup(2)
         os.set_inheritable(self._out, False)
         os.set_inheritable(self._err, False)
+        self._lock = threading.Lock()
+        self._factory: Callable[[], LogSink] | None = None
+        self._sink: LogSink | None = None
+        self._offset = 0
+        self._running = False  # read by the copier, which wakes on its own (no hand-off)
+        threading.Thread(target=self._copier, name="outlast-log-copier", daemon=True).start()
 
     @contextlib.contextmanager
     def job(self, sink: Callable[[], LogSink]) -> Iterator[None]:
         """Inside: everything written to descriptors 1 and 2 goes to the log ``sink()``
-        opens. On leaving, waits (up to :data:`DRAIN_WAIT`) until it is all in the log."""
+        opens (at the first byte). On leaving, all of it is in the log."""
         _flush()
-        try:
-            read, write = os.pipe2(os.O_CLOEXEC)
-        except OSError as exc:  # out of descriptors: the job runs, its output goes as before
-            log.warning("cannot capture the job's output: %s", exc)
-            yield
-            return
-        done = self._pump.add(read, sink())
-        os.dup2(write, 1)
-        os.dup2(write, 2)
-        os.close(write)
+        with self._lock:
+            self._factory, self._sink, self._offset = sink, None, 0
+        os.dup2(self._spool, 1)
+        os.dup2(self._spool, 2)
+        self._running = True
         try:
             yield
         finally:
             _flush()
-            os.dup2(self._out, 1)  # the pipe's last write end here: its reader sees the end
+            os.dup2(self._out, 1)
             os.dup2(self._err, 2)
-            done.wait(DRAIN_WAIT)
+            self._running = False
+            with self._lock:
+                self._copy()
+                if self._sink is not None:
+                    _quietly(self._sink.close)
+                if self._offset:  # the job printed: empty the spool for the next
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(self._spool, 0)
+                self._factory = self._sink = None
+                self._offset = 0
+
+    def _copier(self) -> None:
+        """While a job runs: copy what it printed every COPY_EVERY seconds, and let a log in
+        a database send what it buffered."""
+        while True:
+            time.sleep(COPY_EVERY)
+            if not self._running:
+                continue
+            with self._lock:
+                if self._factory is not None:
+                    self._copy()
+                    if self._sink is not None:
+                        _quietly(self._sink.tick)
+
+    def _copy(self) -> None:
+        """Copy what the spool gained since the last copy (under the lock)."""
+        try:
+            size = os.fstat(self._spool).st_size
+        except OSError:
+            return
+        while self._offset < size:
+            try:
+                data = os.pread(self._spool, min(_CHUNK, size - self._offset), self._offset)
+            except OSError:
+                return
+            if not data:
+                break
+            self._offset += len(data)
+            if self._sink is None and self._factory is not None:
+                try:
+                    self._sink = self._factory()
+                except Exception as exc:
+                    log.warning("cannot open a job's log: %s", exc)
+                    self._factory = None
+            if self._sink is not None:
+                _quietly(partial(self._sink.write, data))
+        if self._offset > SPOOL_MAX:  # a flood: start the spool over (see the module)
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._spool, 0)
+            self._offset = 0
+
+
+def _spool_file() -> int:
+    """An unlinked temporary file opened for appending (0600)."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+    with contextlib.suppress(OSError, AttributeError):  # O_TMPFILE: Linux, most filesystems
+        return os.open(tempfile.gettempdir(), flags | os.O_TMPFILE, 0o600)
+    handle, path = tempfile.mkstemp(prefix="outlast-spool-")  # 0600, close-on-exec
+    os.unlink(path)
+    fcntl.fcntl(handle, fcntl.F_SETFL, fcntl.fcntl(handle, fcntl.F_GETFL) | os.O_APPEND)
+    return handle
+
+
+def _quietly(action: Callable[[], object]) -> None:
+    try:
+        action()
+    except Exception as exc:  # a full disk, a database away: the job goes on
+        log.warning("cannot write a job's log: %s", exc)
 
 
 def _flush() -> None:

@@ -31,10 +31,19 @@ def _call(spec: registry.JobSpec, task: Task, state: JobState) -> Any:
         return run_pipeline(spec, task, state)
     if state.call is None:
         raise Fail("the job has no call (module, args, kwargs) to run")
-    args, kwargs = _arguments(spec, state.call)
+    # the function gets its own copies: what it does to them never reaches the stored state
+    args, kwargs = thaw(state.call.args), thaw(state.call.kwargs)
     if spec.is_async:
+        _arguments(spec, state.call)
         return run_async(spec.fn, args, kwargs)
-    return spec.fn(*args, **kwargs)
+    try:
+        return spec.fn(*args, **kwargs)
+    except TypeError as exc:
+        # raised by the call itself, not inside the function: the arguments do not fit it
+        # (checked only then, so a call that fits costs nothing)
+        if exc.__traceback__ is not None and exc.__traceback__.tb_next is None:
+            _arguments(spec, state.call)
+        raise
 
 
 def _arguments(spec: registry.JobSpec, call: Call) -> tuple[list[Any], dict[str, Any]]:

@@ -10,6 +10,7 @@ only names registered in its own process).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import os
@@ -59,7 +60,7 @@ class JobSpec:
     def module(self) -> str:
         return self.origin or getattr(self.fn, "__module__", "") or ""
 
-    @property
+    @functools.cached_property
     def is_async(self) -> bool:
         """An ``async def`` job: run on an event loop in the job's process."""
         return self.kind == "function" and inspect.iscoroutinefunction(self.fn)

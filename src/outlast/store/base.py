@@ -48,6 +48,8 @@ from outlast.store.common import log, parse_label, worker_name
 from outlast.store.follower import follow
 from outlast.store.joblog import FileCursor, LogCursor, LogSink, LogWriter, tail_file
 from outlast.store.journal import NOT_STARTED, Fate, Journal
+from outlast.store.stats import Stats
+from outlast.store.stats import from_states as stats_from_states
 from outlast.store.task import Task
 
 #: A pure transition: the current state in, the change to write (or None: nothing) out.
@@ -268,6 +270,17 @@ class Store(abc.ABC):
             except JobNotFound:
                 continue
         return found
+
+    def stats(self, window: float = 3600.0) -> Stats:
+        """A snapshot of the store for ``GET /metrics`` and ``outlast stats``: jobs by
+        queue, status and kind, the oldest due job per queue, the wait and run times of the
+        jobs that finished in the last ``window`` seconds, busy workers, due schedules."""
+        if not isinstance(window, int | float) or not window > 0:
+            raise InvalidInput(f"window must be a number of seconds > 0, not {window!r}")
+        return self._stats(utcnow(), float(window))
+
+    def _stats(self, now: datetime, window: float) -> Stats:
+        return stats_from_states(self.list(limit=None), now, window, self.schedules())
 
     def list(
         self,

@@ -18,7 +18,7 @@ import builtins
 import contextlib
 import functools
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from outlast import codec, machine
@@ -46,6 +46,7 @@ from outlast.store.base import (
     live,
 )
 from outlast.store.common import decode_listing, log
+from outlast.store.stats import RECENT_MAX, Stats, add_schedules
 
 Row = tuple[Any, ...]
 #: ``(state before, state after, seq before, new events)`` of one job in one transaction.
@@ -414,6 +415,35 @@ class SqlStore(Store):
         if not rows:
             raise JobNotFound(f"no job {job_id}")
         return self._decode(job_id, rows[0][0])
+
+    def _stats(self, now: datetime, window: float) -> Stats:
+        """Three grouped, indexed reads: counts and the oldest due job by queue, status and
+        kind; the jobs finished in the window (the most recent ``RECENT_MAX``); the workers
+        running jobs."""
+        d = self.dialect
+        stats = Stats(at=now, window=window)
+        due = "COALESCE(run_after, created_at)"
+        sql = d.sql(
+            f"SELECT queue, status, kind, count(*), min(CASE WHEN status = 'pending' AND"
+            f" (run_after IS NULL OR run_after <= ?) THEN {due} END)"
+            " FROM {jobs} GROUP BY queue, status, kind"
+        )
+        for queue, status, kind, count, oldest in self._query("stats", sql, (d.time(now),)):
+            stats.jobs[(queue, status, kind)] += int(count)
+            oldest_at = _as_time(oldest)
+            if oldest_at is not None:
+                since = (now - oldest_at).total_seconds()
+                stats.oldest_due[queue] = max(stats.oldest_due.get(queue, 0.0), since)
+        since = d.time(now - timedelta(seconds=window))
+        sql = d.sql(
+            "SELECT id, doc FROM {jobs} WHERE finished_at >= ?"
+            f" ORDER BY finished_at DESC LIMIT {RECENT_MAX}"
+        )
+        stats.add_recent(decode_listing(self._query("stats", sql, (since,))))
+        sql = d.sql("SELECT count(DISTINCT worker) FROM {jobs} WHERE status = 'running'")
+        stats.busy_workers = int(self._query("stats", sql)[0][0])
+        add_schedules(stats, self.schedules(), now)
+        return stats
 
     def get_many(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         found: dict[str, JobState] = {}

@@ -5,11 +5,9 @@
 const STATUSES = ["pending", "running", "paused", "succeeded", "failed", "canceled"];
 const TERMINAL = new Set(["succeeded", "failed", "canceled"]);
 const PAGE = 50;
-const TOKEN_KEY = "outlast.token";
 
 const $ = (id) => document.getElementById(id);
 const S = {
-  token: sessionStorage.getItem(TOKEN_KEY),
   jobs: new Map(), // id -> job document, for the rows in view
   next: null,
   status: null,
@@ -128,12 +126,28 @@ function askToken() {
   });
 }
 
-$("token-form").addEventListener("submit", (e) => {
+// The token is traded once for a session cookie (HttpOnly, SameSite=Strict): the page never
+// keeps it, and no URL (not even an event stream's) carries it.
+async function signIn(token) {
+  const response = await fetch("session", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ token }),
+  });
+  return response.ok;
+}
+
+$("token-form").addEventListener("submit", async (e) => {
   e.preventDefault();
   const value = $("token-input").value.trim();
   if (!value) return;
-  S.token = value;
-  sessionStorage.setItem(TOKEN_KEY, value);
+  $("token-error").hidden = true;
+  if (!(await signIn(value))) {
+    $("token-error").textContent = "Wrong token: try again.";
+    $("token-error").hidden = false;
+    $("token-input").select();
+    return;
+  }
   $("token-dialog").close();
   const waiters = S.tokenWaiters.splice(0);
   waiters.forEach((resolve) => resolve());
@@ -143,7 +157,6 @@ $("token-form").addEventListener("submit", (e) => {
 async function api(path, options = {}) {
   for (;;) {
     const headers = { ...(options.headers || {}) };
-    if (S.token) headers.Authorization = `Bearer ${S.token}`;
     if (options.body !== undefined) headers["Content-Type"] = "application/json";
     const response = await fetch(path, {
       method: options.method || "GET",
@@ -171,8 +184,7 @@ async function api(path, options = {}) {
 }
 
 function streamUrl(path) {
-  if (!S.token) return path;
-  return path + (path.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(S.token);
+  return path; // the session cookie goes with it
 }
 
 // ------------------------------------------------------------------ the job list
@@ -245,7 +257,7 @@ function renderSummary() {
   for (const job of S.jobs.values()) counts[job.status] = (counts[job.status] || 0) + 1;
   const parts = STATUSES.filter((s) => counts[s]).map((s) => `${counts[s]} ${s}`);
   $("summary").textContent = S.jobs.size ? `${S.jobs.size} shown · ${parts.join(" · ")}` : "";
-  $("empty").hidden = S.jobs.size > 0;
+  $("empty").hidden = !S.listed || S.jobs.size > 0; // not before a list was read
 }
 
 function upsert(job, flash) {
@@ -281,6 +293,7 @@ async function loadList(append) {
     toast(`Could not list jobs: ${e.message}`, true);
     return;
   }
+  S.listed = true;
   if (!append) {
     S.jobs.clear();
     $("jobs").replaceChildren();
@@ -380,6 +393,7 @@ function renderJob(job) {
     h("span", { class: "mono" }, job.id),
     ` · ${job.kind} · queue ${job.queue} · created ${ago(job.created_at)}`,
   );
+  $("job-progress").hidden = false;
   setBar($("job-progress"), job, true);
   $("job-progress-text").replaceChildren(
     h("span", {}, job.step ? `${job.step} · ${job.phase || ""}` : waiting(job) ? `runs at ${new Date(job.run_after).toLocaleString()} (${fromNow(job.run_after)})` : job.status === "pending" ? "waiting for a worker" : ""),
@@ -541,6 +555,8 @@ async function openJob(id) {
   try {
     job = await api(`jobs/${encodeURIComponent(id)}`);
   } catch (e) {
+    if (S.current !== id) return;
+    clearJobView();
     $("job-name").textContent = e.status === 404 ? "No such job" : "Could not load the job";
     $("job-sub").textContent = e.message;
     return;
@@ -556,6 +572,25 @@ async function openJob(id) {
     if (S.job && S.job.id === S.current && !TERMINAL.has(S.job.status)) loadLog();
     else loadLogOnceMore();
   }, 2000);
+}
+
+// Nothing of another job stays on the page (a missing id, a failed load): no status, no
+// details, no actions, no stream or log polling.
+function clearJobView() {
+  S.job = null;
+  stopJobStream();
+  clearInterval(S.logTimer);
+  const pill = $("job-status");
+  pill.className = "pill";
+  pill.textContent = "";
+  ["cancel", "delete", "retry"].forEach((b) => ($(b).hidden = true));
+  $("job-meta").replaceChildren();
+  $("job-progress").hidden = true;
+  $("job-progress-text").textContent = "";
+  $("question-card").hidden = true;
+  $("outcome-card").hidden = true;
+  $("log").textContent = "";
+  $("log-note").textContent = "";
 }
 
 // After the job finished: one last read of its log, then stop polling.
@@ -588,6 +623,7 @@ async function act(label, fn) {
 
 $("cancel").addEventListener("click", () => {
   const id = S.current;
+  if (!window.confirm(`Cancel job ${S.job ? S.job.name : id}? Its work is stopped.`)) return;
   act("Job canceled", () => api(`jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" }));
 });
 
@@ -614,6 +650,7 @@ async function loadRetries(job) {
 
 $("delete").addEventListener("click", async () => {
   const id = S.current;
+  if (!window.confirm(`Delete job ${S.job ? S.job.name : id} with its events and log?`)) return;
   try {
     await api(`jobs/${encodeURIComponent(id)}`, { method: "DELETE" });
     S.jobs.delete(id);
@@ -628,10 +665,15 @@ $("delete").addEventListener("click", async () => {
 $("resume-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const raw = $("answer").value.trim();
-  let answer = raw;
+  let answer;
   try {
     answer = raw === "" ? null : JSON.parse(raw);
-  } catch (_) { /* plain text is a string answer */ }
+  } catch (_) {
+    // as the CLI does: the answer is JSON, a string is quoted
+    toast(`Not JSON: to answer with a string, quote it: ${JSON.stringify(raw)}`, true);
+    $("answer").focus();
+    return;
+  }
   const id = S.current;
   act("Job resumed", () => api(`jobs/${encodeURIComponent(id)}/resume`, { method: "POST", body: { answer } }));
 });
@@ -762,14 +804,15 @@ setInterval(() => {
   }
 }, 1000);
 
-(function start() {
+(async function start() {
   const params = new URLSearchParams(location.search);
   if (params.has("token")) {
-    S.token = params.get("token");
-    sessionStorage.setItem(TOKEN_KEY, S.token);
+    // a link with ?token= signs in once; the token leaves the address bar at once
+    const token = params.get("token");
     params.delete("token");
     const query = params.toString();
     history.replaceState(null, "", location.pathname + (query ? `?${query}` : "") + location.hash);
+    await signIn(token);
   }
   renderFilters();
   window.addEventListener("hashchange", route);
