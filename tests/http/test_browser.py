@@ -195,7 +195,10 @@ def test_the_dashboard_asks_for_the_token_it_lacks(
     page.get_by_role("button", name="Continue").click()
     page.locator(f'tr[data-id="{job.id}"]').wait_for()
     page.locator("#live[data-state='live']").wait_for()
-    assert page.evaluate("() => sessionStorage.getItem('outlast.token')") == TOKEN
+    # the page keeps no token: the session is an HttpOnly cookie it cannot read
+    assert page.evaluate("() => JSON.stringify(sessionStorage) + document.cookie") == "{}"
+    [cookie] = [c for c in page.context.cookies() if c["name"] == "outlast_session"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and TOKEN not in cookie["value"]
 
 
 def test_the_schedules_page_shows_next_runs_and_acts(
