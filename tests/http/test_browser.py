@@ -229,6 +229,7 @@ def test_the_schedules_page_shows_next_runs_and_acts(
     row.wait_for()
     assert "runs in 1h 59m" in row.inner_text() or "runs in 2h" in row.inner_text()
     page.get_by_role("link", name="Schedules").click()
+    page.locator('#queues tr[data-id="default"]').wait_for()  # the queues, above
     nightly = page.locator('tr[data-id="nightly-backup"]')
     nightly.wait_for()
     text = nightly.inner_text()
@@ -331,8 +332,12 @@ def test_a_phone_a_missing_job_and_a_wrong_token(
     step = page.locator("table.jobs thead th", has_text="Step").first.bounding_box()
     assert step is not None and step["x"] + step["width"] <= 420, step
     page.screenshot(path=str(shots(tmp_path) / "dashboard-phone.png"))
-    # a job, then a missing one: nothing of the first stays
-    row.click()
+    # a failed job's error shows in the list
+    failed = page.locator("tr.failed .err")
+    assert "partner API answered 503" in failed.first.inner_text()
+    # the keyboard opens a job: then a missing one, and nothing of the first stays
+    row.focus()
+    page.keyboard.press("Enter")
     page.locator("#job-status").filter(has_text="pending").wait_for()
     page.goto(f"{secured.url}/#/jobs/doesnotexist")
     page.locator("#job-name").filter(has_text="No such job").wait_for()

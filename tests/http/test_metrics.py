@@ -21,6 +21,16 @@ from tests.http.harness import ROOT, Server
 from tests.store.adapters import ADAPTERS, Adapter
 
 
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "outlast", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
 def _known_jobs(store: Store) -> None:
     """3 pending in "default" (one delayed an hour), 1 pending in "mail", 1 running,
     2 succeeded, 1 failed; and two schedules, one paused."""
@@ -88,16 +98,14 @@ def test_metrics_and_stats_count_what_the_store_holds(adapter: Adapter, tmp_path
         assert schedules == {"total": 2, "paused": 1, "due": 0}
         [busy] = families["outlast_workers_busy"].samples
         assert busy.value == 1
+        page = httpx.get(f"{server.url}/queues", headers=server.headers()).json()
+        by_name = {q["name"]: q for q in page["queues"]}
+        assert (by_name["default"]["pending"], by_name["default"]["running"]) == (2 + 1, 1)
+        assert by_name["mail"]["pending"] == 1 and by_name["mail"]["oldest_due_seconds"] > 0
     finally:
         server.close()
         store.close()
-    shown = subprocess.run(
-        [sys.executable, "-m", "outlast", "stats", "--store", url, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    shown = _cli("stats", "--store", url, "--json")
     assert shown.returncode == 0, shown.stderr
     doc = json.loads(shown.stdout)
     assert doc["jobs"] == {
@@ -111,20 +119,13 @@ def test_metrics_and_stats_count_what_the_store_holds(adapter: Adapter, tmp_path
     assert doc["queues"]["mail"]["pending"] == 1
     assert doc["recent"]["finished"] == {"failed": 1, "succeeded": 2}
     assert doc["schedules"] == {"total": 2, "paused": 1, "due": 0}
-    text = subprocess.run(
-        [sys.executable, "-m", "outlast", "stats", "--store", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    ).stdout
+    queues = _cli("queues", "--store", url, "--json")
+    assert {q["name"]: q["pending"] for q in json.loads(queues.stdout)} == {"default": 3, "mail": 1}
+    table = _cli("queues", "--store", url).stdout.splitlines()
+    assert table[0].split()[:4] == ["QUEUE", "PENDING", "RUNNING", "PAUSED"]
+    assert table[1].split()[:4] == ["default", "3", "1", "0"]
+    text = _cli("stats", "--store", url).stdout
     assert text.startswith("jobs:      4 pending  1 running")
     assert "last 1h: 3 finished (1 failed, 2 succeeded)" in text
-    bad = subprocess.run(
-        [sys.executable, "-m", "outlast", "stats", "--store", url, "--window", "soon"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    bad = _cli("stats", "--store", url, "--window", "soon")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

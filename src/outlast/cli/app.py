@@ -334,6 +334,18 @@ def stats(window: str, as_json: bool, store_url: str | None) -> None:
     click.echo(render.dumps(doc) if as_json else render.stats_text(doc))
 
 
+@cli.command()
+@json_option
+@store_option
+def queues(as_json: bool, store_url: str | None) -> None:
+    """Every queue that holds jobs: pending, running and paused jobs, and how long the
+    oldest due job has waited."""
+    with _open(store_url) as store:
+        found = store.stats().by_queue()
+    docs = [{"name": name, **queue} for name, queue in found.items()]
+    click.echo(render.dumps(docs) if as_json else render.queues_table(docs))
+
+
 @cli.command(name="ls")
 @click.option("--status", "status_", type=click.Choice([s.value for s in Status]))
 @click.option("--label", metavar="K=V", help="Only jobs with this label.")

@@ -265,3 +265,20 @@ def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value * 1000:.1f} ms" if value < 1 else _duration(value)
+
+
+def queues_table(docs: list[dict[str, Any]]) -> str:
+    """``outlast queues`` for a person."""
+    if not docs:
+        return "no jobs in any queue"
+    width = max(5, *(len(d["name"]) for d in docs))
+    head = f"{'QUEUE':<{width}}  PENDING  RUNNING  PAUSED  OLDEST DUE WAITED  FINISHED"
+    lines = [head]
+    for d in docs:
+        waited = _duration(d["oldest_due_seconds"]) if d["oldest_due_seconds"] else "-"
+        finished = d["succeeded"] + d["failed"] + d["canceled"]
+        lines.append(
+            f"{d['name']:<{width}}  {d['pending']:>7}  {d['running']:>7}  {d['paused']:>6}"
+            f"  {waited:>17}  {finished:>8}"
+        )
+    return "\n".join(lines)

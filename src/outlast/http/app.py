@@ -6,7 +6,8 @@ Routes (DESIGN.md, "HTTP edge"): ``GET /healthz``; ``GET /jobs`` (newest first, 
 ``POST /jobs/{id}/resume``; ``DELETE /jobs/{id}``; ``GET /jobs/{id}/log`` (the log's tail);
 ``GET /jobs/{id}/events`` and ``GET /events`` (Server-Sent Events, see :mod:`.sse`);
 ``GET /schedules``, ``GET /schedules/{name}``, ``POST /schedules/{name}/pause|resume|run``,
-``DELETE /schedules/{name}``; ``GET /groups``, ``PUT /groups/{name}``; ``GET /``, the
+``DELETE /schedules/{name}``; ``GET /groups``, ``PUT /groups/{name}``; ``GET /queues``;
+``GET /metrics``; ``POST``/``DELETE /session``; ``GET /``, the
 dashboard. Every answer is JSON (errors:
 ``{"error", "detail"}``), except the log (text), the streams and the dashboard.
 
@@ -52,6 +53,7 @@ from outlast.http.schemas import (
     JobDocument,
     JobPage,
     Login,
+    QueuePage,
     Resume,
     Retries,
     ScheduleDocument,
@@ -344,6 +346,13 @@ def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
         job that is not finished); the finished job stays as it was."""
         [task] = api.retry([job_id], store=store)
         return _doc(store.get(task.id), 201, {"Location": f"/jobs/{task.id}"})
+
+    @routes.get("/queues", response_model=QueuePage, tags=["queues"], responses=_errors(*denied))
+    def list_queues() -> Response:
+        """Every queue that holds jobs: its jobs by status, and how long its oldest due
+        pending job has waited (what ``outlast queues`` prints)."""
+        queues = store.stats().by_queue()
+        return JSONResponse({"queues": [{"name": n, **q} for n, q in queues.items()]})
 
     @routes.get("/groups", response_model=GroupPage, tags=["groups"], responses=_errors(*denied))
     def list_groups() -> Response:

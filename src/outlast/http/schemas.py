@@ -77,6 +77,23 @@ class Group(BaseModel):
     running: int
 
 
+class QueueDoc(BaseModel):
+    """A queue: its jobs by status, and how long its longest-waiting due job has waited."""
+
+    name: str
+    pending: int
+    running: int
+    paused: int
+    succeeded: int
+    failed: int
+    canceled: int
+    oldest_due_seconds: float
+
+
+class QueuePage(BaseModel):
+    queues: list[QueueDoc]
+
+
 class GroupPage(BaseModel):
     groups: list[Group]
 

@@ -222,7 +222,7 @@ function row(job, previous) {
   const labels = Object.entries(job.labels || {}).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`));
   const tr = h(
     "tr",
-    { "data-id": job.id, "data-status": job.status, class: job.status },
+    { "data-id": job.id, "data-status": job.status, class: job.status, tabindex: "0", role: "link", "aria-label": `${job.name}, ${job.status}` },
     h("td", {}, h("span", { class: `pill ${job.status}` }, job.status)),
     h(
       "td",
@@ -234,12 +234,22 @@ function row(job, previous) {
     h("td", {}, h("div", { class: "progress-cell" }, progressBar(job, false, previous), h("span", { class: "pct" }, pctText(job)))),
     h("td", { class: "step" }, job.step ? `${job.step}` : h("span", { class: "muted" }, "—"),
       job.phase && job.step ? h("div", { class: "sub" }, job.phase) : null,
-      waiting(job) ? h("div", { class: "due", "data-runs-at": job.run_after }, `runs ${fromNow(job.run_after)}`) : null),
+      waiting(job) ? h("div", { class: "due", "data-runs-at": job.run_after }, `runs ${fromNow(job.run_after)}`) : null,
+      job.status === "failed" && job.error ? h("div", { class: "err", title: job.error.message }, job.error.message) : null),
     h("td", { class: "time", "data-ago": job.created_at }, ago(job.created_at)),
     h("td", { class: "time", "data-duration": "1" }, duration(job)),
     h("td", { class: "id", title: job.id }, job.id.slice(-10)),
   );
-  tr.addEventListener("click", () => (location.hash = `#/jobs/${encodeURIComponent(job.id)}`));
+  const open = () => (location.hash = `#/jobs/${encodeURIComponent(job.id)}`);
+  tr.addEventListener("click", open);
+  tr.addEventListener("keydown", (e) => {
+    // Enter opens the job; the arrow keys move between rows
+    if (e.key === "Enter") open();
+    else if (e.key === "ArrowDown" && tr.nextElementSibling) tr.nextElementSibling.focus();
+    else if (e.key === "ArrowUp" && tr.previousElementSibling) tr.previousElementSibling.focus();
+    else return;
+    e.preventDefault();
+  });
   return tr;
 }
 
@@ -718,8 +728,30 @@ async function loadGroups() {
   );
 }
 
+async function loadQueues() {
+  const page = await api("queues");
+  $("queues-card").hidden = page.queues.length === 0;
+  $("queues").replaceChildren(
+    ...page.queues.map((q) =>
+      h("tr", { "data-id": q.name },
+        h("td", {}, h("code", {}, q.name)),
+        h("td", {}, String(q.pending)),
+        h("td", {}, String(q.running)),
+        h("td", {}, String(q.paused)),
+        h("td", { class: "time" }, q.oldest_due_seconds ? fmtSeconds(q.oldest_due_seconds) : "—"),
+        h("td", {}, String(q.succeeded + q.failed + q.canceled), q.failed ? h("span", { class: "sub err-count" }, ` · ${q.failed} failed`) : null))),
+  );
+}
+
+function fmtSeconds(seconds) {
+  if (seconds < 60) return `${seconds.toFixed(1)} s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+
 async function loadSchedules() {
   try {
+    await loadQueues();
     await loadGroups();
     const page = await api("schedules");
     const rows = page.schedules.map(scheduleRow);
