@@ -201,6 +201,7 @@ def new_job(
     unique_key: str | None = None,
     limit_key: str | None = None,
     limit: int | None = None,
+    trace: str | None = None,
     now: datetime,
 ) -> JobState:
     """A new pending job, every field checked: :class:`InvalidInput` says what is wrong."""
@@ -238,6 +239,8 @@ def new_job(
             f"a unique key is a non-empty string of 500 characters at most, not {unique_key!r}"
         )
     check_limit(limit_key, limit)
+    if trace is not None and (not isinstance(trace, str) or len(trace) > 512):
+        raise InvalidInput("trace must be a traceparent string of 512 characters at most")
     return JobState.build(
         {
             "id": job_id or new_id(),
@@ -260,6 +263,7 @@ def new_job(
             "unique_key": unique_key,
             "limit_key": limit_key,
             "limit": limit,
+            "trace": trace,
             "created_at": now,
             "updated_at": now,
         }

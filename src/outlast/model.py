@@ -410,6 +410,9 @@ class JobState:
     limit_key: str | None = None
     #: Slots of ``limit_key`` when the store has none set for it; None: 1.
     limit: int | None = None
+    #: The W3C ``traceparent`` of the span that created the job (OpenTelemetry installed
+    #: and a span current), which the worker's span for the job joins; else None.
+    trace: str | None = None
     #: The OS process doing the work (a command job's process-group leader), or None.
     pid: int | None = None
     #: The kernel's start time of ``pid``, so a reused PID is never mistaken for the job's.
@@ -481,6 +484,7 @@ class JobState:
             "unique_key": self.unique_key,
             "limit_key": self.limit_key,
             "limit": self.limit,
+            "trace": self.trace,
             "pid": self.pid,
             "pid_started_at": format_time(self.pid_started_at),
             "worker": self.worker,
@@ -605,7 +609,7 @@ def _check_scalars(values: dict[str, Any]) -> None:
     limit = values.get("limit")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise CorruptJob("limit must be a whole number >= 1 or null")
-    for name in ("phase", "step", "worker", "retry_of", "unique_key", "limit_key"):
+    for name in ("phase", "step", "worker", "retry_of", "unique_key", "limit_key", "trace"):
         if values.get(name) is not None and not isinstance(values[name], str):
             raise CorruptJob(f"{name} must be a string or null")
 

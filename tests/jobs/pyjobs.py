@@ -129,3 +129,14 @@ async def acheck(path: str) -> str:
             Path(path).write_text("Canceled")
             raise
     return "never canceled"
+
+
+def _count(payload: dict[str, object]) -> tuple[dict[str, int], str]:
+    return {"keys": len(payload)}, "counted"
+
+
+PIPE = outlast.Pipeline(
+    "py.pipe",
+    [outlast.Stage("count", _count), outlast.Stage("again", _count)],
+    attempts=1,
+)

@@ -91,7 +91,7 @@ def test_a_sigkilled_async_pool_is_reconciled_like_any(pool: Harness, tmp_path: 
     first = pool.worker("--import", pyjobs.MODULE, "--async", "-c", "10")
     for job_id in ids:
         pool.wait_for(job_id, {Status.RUNNING})
-    until(lambda: len(starts.read_text().splitlines()) == 5, 10, "all five to start")
+    until(lambda: starts.exists() and len(starts.read_text().split()) == 5, 10, "all five to start")
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     pool.worker("--import", pyjobs.MODULE, "--async", "-c", "10")

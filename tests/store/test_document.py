@@ -29,7 +29,7 @@ DOC_FIELDS = {
     "payload", "result", "error", "attempts", "max_attempts", "run_after", "question", "answer",
     "pid", "worker", "created_at", "started_at", "updated_at", "finished_at",
     "pid_started_at", "call", "timeout", "grace", "cancel_requested", "pipeline",
-    "keep", "fired", "priority", "retry_of", "unique_key", "limit_key", "limit",
+    "keep", "fired", "priority", "retry_of", "unique_key", "limit_key", "limit", "trace",
 }  # fmt: skip
 ERROR_FIELDS = {"code", "message", "hint", "type", "traceback"}
 EVENT_FIELDS = {"job_id", "seq", "at", "step", "status", "message"}

@@ -202,6 +202,9 @@ class JobDocument(BaseModel):
     unique_key: str | None
     limit_key: str | None
     limit: int | None
+    trace: str | None = Field(
+        default=None, description="the W3C traceparent of the span that created the job"
+    )
     pid: int | None
     pid_started_at: str | None
     worker: str | None

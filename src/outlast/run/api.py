@@ -28,7 +28,7 @@ from outlast import config, machine, when
 from outlast.errors import InvalidInput, OutlastError, StoreError
 from outlast.ids import DEDICATED
 from outlast.model import Call, ErrorInfo, Kind, PipelineState, Schedule
-from outlast.run import registry, schedules
+from outlast.run import registry, schedules, tracing
 from outlast.run import spawn as spawner
 from outlast.run.registry import JobSpec
 from outlast.stages import OUTPUTS
@@ -387,6 +387,7 @@ def create_job(
         if limit_key is not None
         else registry.limit_key_of(spec, args, kwargs, payload),
         limit=limit if limit is not None else spec.limit,
+        trace=tracing.current_traceparent(),
     )
 
 
@@ -560,6 +561,7 @@ def run_command(
             unique_key=unique_key,
             on_conflict=on_conflict,
             limit_key=group,
+            trace=tracing.current_traceparent(),
         )
     except BaseException:
         with contextlib.suppress(OSError):

@@ -19,7 +19,7 @@ from outlast.errors import Canceled, Fail, InvalidInput, OutlastError, Pause, Ti
 from outlast.frozen import thaw
 from outlast.machine import Outcome
 from outlast.model import Call, JobState, Kind, utcnow
-from outlast.run import context, registry
+from outlast.run import context, registry, tracing
 from outlast.run.pipeline import run_pipeline
 from outlast.store import Store, Task, Transition
 
@@ -92,6 +92,25 @@ def run_async(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -
             job.on_cancel(None)
 
 
+def _attempt(
+    spec: registry.JobSpec, task: Task, state: JobState, on_return: Callable[[], None] | None
+) -> Outcome:
+    try:
+        try:
+            result = _call(spec, task, state)
+        finally:
+            if on_return is not None:
+                on_return()
+    except Exception as exc:
+        return outcome_of(exc)
+    return succeeded(result)
+
+
+def _error_of(outcome: Outcome) -> tuple[str | None, str | None]:
+    error = outcome.error
+    return (None, None) if error is None else (error.type, error.message)
+
+
 def outcome_of(exc: Exception) -> Outcome:
     """How an attempt that raised ``exc`` ended: paused, canceled, or failed (retried unless
     it raised :class:`Fail` or its arguments do not fit), with the traceback kept."""
@@ -119,6 +138,14 @@ async def arun_attempt(spec: registry.JobSpec, task: Task, state: JobState) -> O
     an ``async def`` function is awaited here, with its timeout (a cancel of the job cancels
     this task: ``CancelledError`` at the function's current ``await``); any other job runs in
     a thread (its cancel is cooperative, ``check_cancel()``; its timeout is not enforced)."""
+    with tracing.job_span(state) as span:
+        outcome = await _aattempt(spec, task, state)
+        if span is not None:
+            tracing.end_attempt(span, outcome.verb, *_error_of(outcome))
+    return outcome
+
+
+async def _aattempt(spec: registry.JobSpec, task: Task, state: JobState) -> Outcome:
     job = context.current()
     try:
         if spec.is_async and state.kind == Kind.FUNCTION and state.call is not None:
@@ -178,15 +205,11 @@ def run_attempt(
             )
         if on_start is not None and not on_start():
             return Outcome("release")
-        try:
-            try:
-                result = _call(spec, task, state)
-            finally:
-                if on_return is not None:
-                    on_return()
-        except Exception as exc:
-            return outcome_of(exc)
-        return succeeded(result)
+        with tracing.job_span(state) as span:
+            outcome = _attempt(spec, task, state, on_return)
+            if span is not None:
+                tracing.end_attempt(span, outcome.verb, *_error_of(outcome))
+        return outcome
     finally:
         context.enter(None)
 

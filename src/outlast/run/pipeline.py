@@ -25,7 +25,7 @@ from outlast import stages as rules
 from outlast.errors import Canceled, Fail, InvalidInput, OutlastError, Pause, PollTimeout
 from outlast.frozen import thaw
 from outlast.model import ErrorCode, EventStatus, JobState, utcnow
-from outlast.run import api, context, registry
+from outlast.run import api, context, registry, tracing
 from outlast.stages import ALL_DONE, OUTPUTS, Stage
 from outlast.store import Task
 
@@ -148,7 +148,8 @@ class _Runner:
                 continue
             self.task.report(stage.name, EventStatus.STARTED)
             try:
-                out, message = self.call(stage)
+                with tracing.stage_span(stage.name):
+                    out, message = self.call(stage)
             except Pause:
                 raise  # the stage asked a person: it re-runs after the resume
             except Exception as exc:

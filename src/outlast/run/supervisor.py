@@ -116,6 +116,8 @@ class Run:
         cwd, saved = load_context(store, state.id)
         env = dict(saved if saved is not None else os.environ)
         env.update(OUTLAST_JOB_ID=state.id, OUTLAST_STORE=store.url)
+        if state.trace:  # the command joins the trace it was started in (OpenTelemetry)
+            env["TRACEPARENT"] = state.trace
         #: When the attempt must end (monotonic), or None; set once it was stopped for it.
         self.deadline: float | None = None
         self.timed_out = False

@@ -173,6 +173,7 @@ class Store(abc.ABC):
         connection: Any = None,
         limit_key: str | None = None,
         limit: int | None = None,
+        trace: str | None = None,
     ) -> Task:
         """Record a new pending job and return its handle; waiters on its queue are woken.
         ``run_after``: not to be claimed before then (a delay); ``keep``: seconds the job is
@@ -202,6 +203,7 @@ class Store(abc.ABC):
             unique_key=unique_key,
             limit_key=limit_key,
             limit=limit,
+            trace=trace,
             now=utcnow(),
         )
         if connection is not None:
