@@ -97,7 +97,7 @@ def serve(
         # without a token the server is for this machine only: requests must name it so
         hosts = None if token else {"localhost", "127.0.0.1", "::1", host.strip("[]")}
         app = create_app(store, token=token, hosts=hosts)
-        server = uvicorn.Server(
+        server = _server_class()(
             uvicorn.Config(
                 app,
                 host=host,
@@ -113,6 +113,26 @@ def serve(
         sock.close()
         maintainer.stop()
         store.close()
+
+
+def _server_class() -> type:
+    import uvicorn
+
+    from outlast.run import procs
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, telling systemd (``Type=notify``) once it listens."""
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                procs.sd_notify("READY=1")
+
+        def handle_exit(self, sig: int, frame: object) -> None:
+            procs.sd_notify("STOPPING=1")
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+
+    return Server
 
 
 def bind(host: str, port: int) -> socket.socket:

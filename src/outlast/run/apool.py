@@ -56,7 +56,7 @@ from outlast.errors import Fail, InvalidInput, OutlastError, StoreError
 from outlast.ids import check_queue
 from outlast.machine import Outcome, error_info
 from outlast.model import JobState, Kind, Status, utcnow
-from outlast.run import context, registry
+from outlast.run import context, procs, registry
 from outlast.run.execute import arun_attempt, transition
 from outlast.run.maintain import Maintainer
 from outlast.run.slots import Outage, pool_store
@@ -145,6 +145,7 @@ class AsyncPool:
         self._logs.install()
         listener = AsyncListener(await self._store(self.store.listen, None, True))
         watcher = asyncio.create_task(self._listen(listener), name="outlast-listen")
+        procs.sd_notify("READY=1")  # under systemd (Type=notify): it works now
         outage = Outage()
         try:
             while True:
@@ -375,6 +376,7 @@ class AsyncPool:
         """Stop claiming; running jobs get the grace period (safe from a signal handler
         installed with ``loop.add_signal_handler``)."""
         if not self.stopping:
+            procs.sd_notify("STOPPING=1")
             self.stopping = True
             self._stop_at = time.monotonic() + self.grace
             self._poke()

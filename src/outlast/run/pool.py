@@ -453,6 +453,7 @@ class Pool:
         try:
             listener = procs.patiently(lambda: self.store.listen(None, queue=True))
             with listener:
+                procs.sd_notify("READY=1")  # under systemd (Type=notify): it works now
                 self._loop(listener)
         finally:
             if self.maintainer is not None:
@@ -546,6 +547,7 @@ class Pool:
     def stop(self) -> None:
         """Stop claiming; running jobs get the grace period (safe in a signal handler)."""
         if not self.stopping:
+            procs.sd_notify("STOPPING=1")
             self.stopping = True
             self._stop_at = time.monotonic() + self.grace
             with contextlib.suppress(OSError):

@@ -203,3 +203,22 @@ def patiently(make: Callable[[], T], patience: float = 45.0) -> T:
                 raise
             time.sleep(delay * (0.5 + random.random()))
             delay = min(2.0, delay * 2)
+
+
+def sd_notify(state: str) -> bool:
+    """Tell systemd (a unit of ``Type=notify``) about this service: ``READY=1`` once it
+    works, ``STOPPING=1`` as it stops. A no-op (False) outside such a unit
+    (``$NOTIFY_SOCKET`` unset) or when the socket cannot be reached."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address or not address.startswith(("/", "@")):
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]  # an abstract socket
+    import socket
+
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.sendto(state.encode(), address)
+    except OSError:
+        return False
+    return True
