@@ -98,6 +98,15 @@ def test_metrics_and_stats_count_what_the_store_holds(adapter: Adapter, tmp_path
         assert schedules == {"total": 2, "paused": 1, "due": 0}
         [busy] = families["outlast_workers_busy"].samples
         assert busy.value == 1
+        me = store.register_worker("pool", queues=["default"], concurrency=3)
+        listed = httpx.get(f"{server.url}/workers", headers=server.headers()).json()["workers"]
+        assert [(w["name"], w["kind"], w["concurrency"]) for w in listed] == [
+            (me["name"], "pool", 3)
+        ]
+        store.unregister_worker()
+        assert httpx.get(f"{server.url}/workers", headers=server.headers()).json() == {
+            "workers": []
+        }
         page = httpx.get(f"{server.url}/queues", headers=server.headers()).json()
         by_name = {q["name"]: q for q in page["queues"]}
         assert (by_name["default"]["pending"], by_name["default"]["running"]) == (2 + 1, 1)

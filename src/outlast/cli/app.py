@@ -337,6 +337,17 @@ def stats(window: str, as_json: bool, store_url: str | None) -> None:
 @cli.command()
 @json_option
 @store_option
+def workers(as_json: bool, store_url: str | None) -> None:
+    """The live workers of the store: pools, servers, schedulers, supervisors and dedicated
+    workers, on every host (a dead one is never listed: liveness is its lock)."""
+    with _open(store_url) as store:
+        docs = store.workers()
+    click.echo(render.dumps(docs) if as_json else render.workers_table(docs))
+
+
+@cli.command()
+@json_option
+@store_option
 def queues(as_json: bool, store_url: str | None) -> None:
     """Every queue that holds jobs: pending, running and paused jobs, and how long the
     oldest due job has waited."""

@@ -282,3 +282,19 @@ def queues_table(docs: list[dict[str, Any]]) -> str:
             f"  {waited:>17}  {finished:>8}"
         )
     return "\n".join(lines)
+
+
+def workers_table(docs: list[dict[str, Any]]) -> str:
+    """``outlast workers`` for a person."""
+    if not docs:
+        return "no live workers"
+    lines = ["KIND          NAME                       QUEUES / JOB            CONC  JOBS  SINCE"]
+    for d in docs:
+        what = d.get("job") or ",".join(d.get("queues") or []) or "-"
+        conc = d.get("concurrency")
+        lines.append(
+            f"{d.get('kind', '?'):<13} {d.get('name', '?'):<26} {what:<23} "
+            f"{conc if conc is not None else '-':>4}  {d.get('jobs', 0):>4}  "
+            f"{str(d.get('since', ''))[:19]}"
+        )
+    return "\n".join(lines)

@@ -347,6 +347,13 @@ def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
         [task] = api.retry([job_id], store=store)
         return _doc(store.get(task.id), 201, {"Location": f"/jobs/{task.id}"})
 
+    @routes.get("/workers", tags=["queues"], responses=_errors(*denied))
+    def list_workers() -> Response:
+        """The live workers (pools, servers, schedulers, supervisors, dedicated workers):
+        host, pid, kind, queues, concurrency, version, since, running jobs (what ``outlast
+        workers`` prints). Liveness is each worker's lock, never a heartbeat."""
+        return JSONResponse({"workers": store.workers()})
+
     @routes.get("/queues", response_model=QueuePage, tags=["queues"], responses=_errors(*denied))
     def list_queues() -> Response:
         """Every queue that holds jobs: its jobs by status, and how long its oldest due

@@ -108,7 +108,10 @@ def serve(
                 timeout_graceful_shutdown=3,
             )
         )
-        server.run(sockets=[sock])
+        from outlast.run.presence import present
+
+        with present(store, "server"):
+            server.run(sockets=[sock])
     finally:
         sock.close()
         maintainer.stop()

@@ -144,6 +144,7 @@ class AsyncPool:
                 await asyncio.to_thread(self.maintainer.ready.wait, 10.0)
         self._logs.install()
         listener = AsyncListener(await self._store(self.store.listen, None, True))
+        await self._store(self._register)
         watcher = asyncio.create_task(self._listen(listener), name="outlast-listen")
         procs.sd_notify("READY=1")  # under systemd (Type=notify): it works now
         outage = Outage()
@@ -163,8 +164,18 @@ class AsyncPool:
             self._logs.uninstall()
             if self.maintainer is not None:
                 self.maintainer.stop()
+            with contextlib.suppress(OutlastError):
+                self.store.unregister_worker()
             self._io.shutdown(wait=True)
         return self.processed
+
+    def _register(self) -> None:
+        try:
+            self.store.register_worker(
+                "async-pool", queues=self.queues, concurrency=self.concurrency
+            )
+        except OutlastError as exc:
+            log.warning("cannot enter the registry of workers: %s", exc)
 
     async def _turn(self) -> bool:
         """One turn: claim for the free places, write what is due, check what is due; True

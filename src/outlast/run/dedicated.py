@@ -25,6 +25,7 @@ from outlast.model import ErrorCode, ErrorInfo, JobState, Status
 from outlast.run import context, procs
 from outlast.run.capture import Capture
 from outlast.run.execute import execute
+from outlast.run.presence import present
 from outlast.store import Store, Task, open_store, start_when_free, wait_until_due
 
 #: Seconds between SIGTERM and SIGKILL of what a timed-out job started, unless it says.
@@ -39,6 +40,11 @@ def run_dedicated(store: Store, job_id: str) -> None:
         return
     context.install_cancel_handler()
     procs.become_subreaper()
+    with present(store, "dedicated", job_id=job_id):
+        _run(store, task, job_id)
+
+
+def _run(store: Store, task: Task, job_id: str) -> None:
     # On a local store this process's output is the job's log file already; on PostgreSQL
     # the job's output goes to the database, where any host reads it.
     capture = None if store.capabilities.local_logs else Capture()

@@ -263,8 +263,11 @@ def run_maintainer(url: str | None, imports: list[str]) -> None:
         schedules.sync_declared(store)
         maintainer = Maintainer(store).start()
         log.warning("outlast scheduler: maintaining %s (SIGTERM to stop)", store.url)
+        from outlast.run.presence import present
+
         try:
-            while not stop.wait(1.0):
-                pass
+            with present(store, "scheduler"):
+                while not stop.wait(1.0):
+                    pass
         finally:
             maintainer.stop()

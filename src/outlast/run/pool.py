@@ -61,6 +61,7 @@ from outlast.model import ErrorCode, ErrorInfo, Kind, Status, utcnow
 from outlast.run import procs, registry
 from outlast.run.execute import transition
 from outlast.run.maintain import Maintainer
+from outlast.run.presence import present
 from outlast.run.slots import JobProcess, Outage, Slot, pool_store
 from outlast.store import Journal, Listener, Store, Task, worker_name
 
@@ -452,7 +453,10 @@ class Pool:
                 self.maintainer.ready.wait(10.0)
         try:
             listener = procs.patiently(lambda: self.store.listen(None, queue=True))
-            with listener:
+            registered = present(
+                self.store, "pool", queues=self.queues, concurrency=self.concurrency
+            )
+            with listener, registered:
                 procs.sd_notify("READY=1")  # under systemd (Type=notify): it works now
                 self._loop(listener)
         finally:

@@ -39,6 +39,7 @@ from typing import Any
 from outlast.errors import JobNotFound, OutlastError, StoreError, WorkerLockHeld
 from outlast.model import ErrorCode, ErrorInfo, JobState, Status, format_time, utcnow
 from outlast.run import procs
+from outlast.run.presence import present
 from outlast.run.spawn import load_context
 from outlast.store import Store, Task, open_store, start_when_free, wait_until_due
 from outlast.store.joblog import LogSink, max_bytes
@@ -342,6 +343,11 @@ def supervise(store: Store, job_id: str) -> int:
     except WorkerLockHeld:
         return 0  # another supervisor already runs it
     procs.become_subreaper()
+    with present(store, "supervisor", job_id=job_id):
+        return _supervise(store, task, job_id)
+
+
+def _supervise(store: Store, task: Task, job_id: str) -> int:
     try:
         max_bytes()  # a bad $OUTLAST_LOG_MAX_BYTES fails the job now
         log = store.log_writer(job_id)

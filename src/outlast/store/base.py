@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import abc
 import builtins
+import contextlib
+import json
 import os
 import threading
 from collections import deque
@@ -28,6 +30,7 @@ from outlast.errors import (
     InvalidInput,
     JobActive,
     JobNotFound,
+    OutlastError,
     ScheduleExists,
     ScheduleNotFound,
 )
@@ -262,6 +265,84 @@ class Store(abc.ABC):
     def get(self, job_id: str) -> JobState:
         """The job's state; :class:`JobNotFound` or :class:`CorruptJob` naming the job."""
         return self._read(check_id(job_id))
+
+    # ----------------------------------------------------------------------- workers
+    def register_worker(
+        self,
+        kind: str,
+        *,
+        queues: Sequence[str] = (),
+        concurrency: int | None = None,
+        job_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Put this process in the store's registry of workers (``outlast workers``):
+        ``kind`` (``pool``, ``async-pool``, ``server``, ``scheduler``, ``supervisor``,
+        ``dedicated``), its queues and concurrency, or the one job it runs. Its liveness is a
+        lock the kernel (or PostgreSQL) frees when it dies — the job's worker lock for a
+        supervisor or dedicated worker, else the process's own — so a dead worker is never
+        listed. Returns the record."""
+        from outlast import __version__
+
+        name = worker_name()
+        host, _, pid = name.rpartition(":")
+        doc: dict[str, Any] = {
+            "name": name,
+            "host": host,
+            "pid": int(pid) if pid.isdigit() else None,
+            "kind": kind,
+            "queues": list(queues),
+            "concurrency": concurrency,
+            "job": job_id,
+            "version": __version__,
+            "since": utcnow().isoformat(),
+        }
+        if job_id is None:
+            self._hold_registry(name)
+        self._put_worker(name, json.dumps(doc, separators=(",", ":")).encode())
+        return doc
+
+    def unregister_worker(self) -> None:
+        """Take this process out of the registry (it also goes when it dies)."""
+        self._drop_worker(worker_name())
+
+    def workers(self) -> builtins.list[dict[str, Any]]:
+        """The live workers of the registry, with ``jobs``: how many running jobs each
+        holds. Records of dead workers are removed as they are found."""
+        running: dict[str, int] = {}
+        for state in self.list(status=Status.RUNNING, limit=None):
+            if state.worker:
+                running[state.worker] = running.get(state.worker, 0) + 1
+        found = []
+        for name, raw in self._worker_docs():
+            try:
+                doc = json.loads(raw)
+                job = doc.get("job")
+                alive = self.worker_holds(job) if job else self._registry_alive(name)
+            except (ValueError, TypeError, AttributeError, InvalidInput):
+                alive, doc = False, {}
+            if not alive:
+                with contextlib.suppress(OutlastError):
+                    self._drop_worker(name)
+                continue
+            doc["jobs"] = running.get(name, 0)
+            found.append(doc)
+        return sorted(found, key=lambda d: (d.get("kind", ""), d.get("name", "")))
+
+    def _hold_registry(self, name: str) -> None:
+        """Hold the lock that says this process lives (the local stores' liveness lock)."""
+        self._live()
+
+    def _registry_alive(self, name: str) -> bool:
+        return self._worker_alive(name)
+
+    def _put_worker(self, name: str, doc: bytes) -> None:
+        raise NotImplementedError
+
+    def _drop_worker(self, name: str) -> None:
+        raise NotImplementedError
+
+    def _worker_docs(self) -> builtins.list[tuple[str, bytes]]:
+        raise NotImplementedError
 
     def get_many(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         """The states of those of ``job_ids`` that exist (one query on the SQL stores)."""

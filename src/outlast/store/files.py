@@ -53,6 +53,7 @@ from outlast.errors import (
 )
 from outlast.ids import DEDICATED, check_id
 from outlast.model import JobState, Kind, ProgressEvent, Schedule, Status, parse_time, utcnow
+from outlast.paths import worker_file_name
 from outlast.store import _local
 from outlast.store.base import (
     REMOVE,
@@ -662,6 +663,44 @@ class FilesStore(_local.LocalStore):
                 with self._translated(f"release {job_id}"):
                     self.parts.locks.release(job_id, lock)
         return claimed
+
+    # ------------------------------------------------------------------ workers
+    def _worker_dir(self) -> Path:
+        folder = self.path / ".outlast" / "workers"
+        make_private_dir(folder)
+        return folder
+
+    def _put_worker(self, name: str, doc: bytes) -> None:
+        with self._translated(f"register {name}"):
+            folder = self._worker_dir()
+            path = folder / f"{worker_file_name(name)}.json"
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, doc)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+
+    def _drop_worker(self, name: str) -> None:
+        with self._translated(f"unregister {name}"), contextlib.suppress(FileNotFoundError):
+            os.unlink(self._worker_dir() / f"{worker_file_name(name)}.json")
+
+    def _worker_docs(self) -> list[tuple[str, bytes]]:
+        found = []
+        with self._translated("list workers"):
+            for entry in os.scandir(self._worker_dir()):
+                if not entry.name.endswith(".json"):
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    raw = Path(entry.path).read_bytes()
+                    try:
+                        name = json.loads(raw)["name"]
+                    except (ValueError, KeyError, TypeError):
+                        os.unlink(entry.path)  # a torn record: its writer is gone
+                        continue
+                    found.append((str(name), raw))
+        return found
 
     # ------------------------------------------------------------------ schedules
     def _schedule_dir(self) -> Path:

@@ -79,6 +79,7 @@ from outlast.store.sql import (
     flow_columns,
     tables,
     time_tables,
+    worker_table,
 )
 from outlast.store.sql import (
     insert_sql as _insert,
@@ -102,6 +103,7 @@ def dialect(schema: str) -> Dialect:
         labels=f"{s}.labels",
         schedules=f"{s}.schedules",
         limits=f"{s}.limits",
+        workers=f"{s}.workers",
         text="text",
         blob="bytea",
         integer="integer",
@@ -142,8 +144,8 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
         list(time_tables(d, "(convert_from(doc, 'UTF8')::jsonb->>'finished_at')::timestamptz")),
         # priorities: the claim's order and its index (outlast.store.sql.CLAIM_ORDER)
         [*flow_columns(d), f'DROP INDEX IF EXISTS "{schema}".jobs_claimable'],
-        # every job's log, in the database (outlast.store._pglog)
-        [*_pglog.table_statements(schema)],
+        # every job's log, in the database (outlast.store._pglog); the workers' registry
+        [*_pglog.table_statements(schema), *worker_table(d)],
     ]
 
 
@@ -203,6 +205,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         self.dialect = dialect(self.schema)
         self._queue_channel = f"{self.schema}_queue"
         self._db = _pg.Connections(conninfo, self._where)
+        self._registry_locks: dict[str, PgMaintenance] = {}
         self._session = self._db.session
         self._init_locks()
         _pg.on_fork(self)
@@ -230,6 +233,9 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         worker locks of this process live on it and end with it."""
         self._db.close()
         self._close_locks()
+        for lock in self._registry_locks.values():
+            lock.release()
+        self._registry_locks.clear()
 
     # ------------------------------------------------------------------ the engine's part
     def _channel(self, job_id: str) -> str:
@@ -431,6 +437,26 @@ class PostgresStore(AdvisoryLocks, SqlStore):
     def _log_dir(self) -> Path:
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", self._where)
         return Path(paths.state_dir()) / "postgresql" / name / "logs"
+
+    def _hold_registry(self, name: str) -> None:
+        """A session advisory lock of this worker's, on a connection of its own, held until
+        the process ends (PostgreSQL frees it when the connection goes)."""
+        if name not in self._registry_locks:
+            lock = PgMaintenance(self._db, lock_key(self.schema, f"\0worker:{name}"))
+            lock.try_acquire()
+            self._registry_locks[name] = lock
+
+    def _registry_alive(self, name: str) -> bool:
+        key = lock_key(self.schema, f"\0worker:{name}")
+        rows = self._query(
+            "check a worker",
+            "SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'"
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND l.classid = %s::oid AND l.objid = %s::oid AND l.objsubid IN (1, 2)"
+            " AND l.granted)",
+            ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+        )
+        return bool(rows and rows[0][0])
 
     def log_writer(self, job_id: str) -> LogSink:
         """A writer of the job's log in the database (readable from any host)."""

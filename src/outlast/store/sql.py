@@ -79,6 +79,7 @@ class Dialect:
         "text",
         "time_type",
         "without_rowid",
+        "workers",
     )  # fmt: skip
 
     def __init__(
@@ -97,12 +98,13 @@ class Dialect:
         time_type: str,
         for_update: str = "",
         without_rowid: str = "",
+        workers: str = "workers",
     ) -> None:
         #: ``sqlite`` or ``postgresql``; the placeholder, ``?`` or ``%s``.
         self.name, self.param = name, param
         #: Table names (PostgreSQL qualifies them with the store's schema).
         self.jobs, self.events, self.labels = jobs, events, labels
-        self.schedules, self.limits = schedules, limits
+        self.schedules, self.limits, self.workers = schedules, limits, workers
         #: Column types: text, binary, whole number, time.
         self.text, self.blob, self.integer, self.time_type = text, blob, integer, time_type
         #: Appended to a read-modify-write's select (``FOR UPDATE``; SQLite locks the file).
@@ -120,6 +122,7 @@ class Dialect:
             labels=self.labels,
             schedules=self.schedules,
             limits=self.limits,
+            workers=self.workers,
         )
         return out if self.param == "?" else out.replace("?", self.param)
 
@@ -223,6 +226,16 @@ def time_tables(d: Dialect, finished_at: str) -> list[str]:
         d.sql(
             "CREATE INDEX IF NOT EXISTS schedules_next ON {schedules} (next_at) WHERE paused = 0"
         ),
+    ]
+
+
+def worker_table(d: Dialect) -> list[str]:
+    """The registry of live workers (``Store.register_worker``): one row per process."""
+    return [
+        d.sql(
+            f"CREATE TABLE IF NOT EXISTS {{workers}} (name {d.text} PRIMARY KEY,"
+            f" doc {d.blob} NOT NULL)"
+        )
     ]
 
 
@@ -754,6 +767,20 @@ class SqlStore(Store):
         if not rows:
             raise ScheduleNotFound(f"no schedule {name}")
         return codec.decode_schedule(name, rows[0][0])
+
+    def _put_worker(self, name: str, doc: bytes) -> None:
+        d = self.dialect
+        with self._tx(f"register {name}") as tx:
+            tx.write(d.sql("DELETE FROM {workers} WHERE name = ?"), (name,))
+            tx.write(d.sql("INSERT INTO {workers} (name, doc) VALUES (?, ?)"), (name, doc))
+
+    def _drop_worker(self, name: str) -> None:
+        with self._tx(f"unregister {name}") as tx:
+            tx.write(self.dialect.sql("DELETE FROM {workers} WHERE name = ?"), (name,))
+
+    def _worker_docs(self) -> builtins.list[tuple[str, bytes]]:
+        rows = self._query("list workers", self.dialect.sql("SELECT name, doc FROM {workers}"))
+        return [(name, bytes(doc)) for name, doc in rows]
 
     def _list_schedules(self) -> builtins.list[Schedule]:
         rows = self._query("list schedules", self.dialect.sql("SELECT id, doc FROM {schedules}"))

@@ -49,6 +49,7 @@ from outlast.store.sql import (
     flow_columns,
     tables,
     time_tables,
+    worker_table,
 )
 
 DOC_CACHE = 4096  # parsed documents kept per store object, reused only if byte-identical
@@ -81,6 +82,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (f"CREATE INDEX IF NOT EXISTS jobs_live ON jobs (worker) WHERE {LIVE}",),
     tuple(time_tables(DIALECT, "json_extract(CAST(doc AS TEXT), '$.finished_at')")),
     (*flow_columns(DIALECT), "DROP INDEX IF EXISTS jobs_claim"),
+    tuple(worker_table(DIALECT)),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -749,8 +749,24 @@ function fmtSeconds(seconds) {
   return `${(seconds / 3600).toFixed(1)} h`;
 }
 
+async function loadWorkers() {
+  const page = await api("workers");
+  $("workers-card").hidden = page.workers.length === 0;
+  $("workers").replaceChildren(
+    ...page.workers.map((w) =>
+      h("tr", { "data-id": w.name },
+        h("td", {}, w.kind),
+        h("td", {}, h("code", {}, w.name)),
+        h("td", {}, w.job ? h("a", { href: `#/jobs/${encodeURIComponent(w.job)}` }, w.job) : (w.queues || []).join(", ") || "—"),
+        h("td", {}, w.concurrency === null || w.concurrency === undefined ? "—" : String(w.concurrency)),
+        h("td", {}, String(w.jobs)),
+        h("td", { class: "time" }, ago(w.since)))),
+  );
+}
+
 async function loadSchedules() {
   try {
+    await loadWorkers();
     await loadQueues();
     await loadGroups();
     const page = await api("schedules");
