@@ -103,6 +103,8 @@ def test_metrics_and_stats_count_what_the_store_holds(adapter: Adapter, tmp_path
         assert [(w["name"], w["kind"], w["concurrency"]) for w in listed] == [
             (me["name"], "pool", 3)
         ]
+        again = httpx.get(f"{server.url}/metrics", headers=server.headers()).text
+        assert 'outlast_workers{kind="pool"} 1.0' in again
         store.unregister_worker()
         assert httpx.get(f"{server.url}/workers", headers=server.headers()).json() == {
             "workers": []

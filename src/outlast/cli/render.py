@@ -254,8 +254,9 @@ def stats_text(doc: dict[str, Any]) -> str:
         )
     lines.append(line)
     sched = doc["schedules"]
+    live = ", ".join(f"{n} {kind}" for kind, n in doc.get("workers", {}).items()) or "none"
     lines.append(
-        f"workers busy: {doc['busy_workers']}   schedules: {sched['total']}"
+        f"workers: {live}; busy {doc['busy_workers']}   schedules: {sched['total']}"
         f" ({sched['paused']} paused, {sched['due']} due)"
     )
     return "\n".join(lines)

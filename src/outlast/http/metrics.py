@@ -83,6 +83,12 @@ class _Snapshot:
         yield GaugeMetricFamily(
             "outlast_workers_busy", "Distinct workers running jobs now.", s.busy_workers
         )
+        workers = GaugeMetricFamily(
+            "outlast_workers", "Live workers of the registry, by kind.", labels=["kind"]
+        )
+        for kind, n in sorted(s.workers.items()):
+            workers.add_metric([kind], n)
+        yield workers
         schedules = GaugeMetricFamily("outlast_schedules", "Schedules by state.", labels=["state"])
         schedules.add_metric(["total"], s.schedules)
         schedules.add_metric(["paused"], s.schedules_paused)

@@ -360,7 +360,10 @@ class Store(abc.ABC):
         jobs that finished in the last ``window`` seconds, busy workers, due schedules."""
         if not isinstance(window, int | float) or not window > 0:
             raise InvalidInput(f"window must be a number of seconds > 0, not {window!r}")
-        return self._stats(utcnow(), float(window))
+        stats = self._stats(utcnow(), float(window))
+        for worker in self.workers():
+            stats.workers[str(worker.get("kind"))] += 1
+        return stats
 
     def _stats(self, now: datetime, window: float) -> Stats:
         return stats_from_states(self.list(limit=None), now, window, self.schedules())

@@ -38,6 +38,8 @@ class Stats:
     recent: list[tuple[str, str, float, float]] = field(default_factory=list)
     #: Distinct workers running jobs now.
     busy_workers: int = 0
+    #: Live workers of the registry by kind (``pool``, ``supervisor``, …).
+    workers: Counter[str] = field(default_factory=Counter)
     #: Schedules whose fire time has come (not paused).
     schedules_due: int = 0
     #: Schedules in all, and paused.
@@ -86,6 +88,7 @@ class Stats:
                 "per_minute": round(len(self.recent) / (self.window / 60), 2),
             },
             "busy_workers": self.busy_workers,
+            "workers": dict(sorted(self.workers.items())),
             "schedules": {
                 "total": self.schedules,
                 "paused": self.schedules_paused,
