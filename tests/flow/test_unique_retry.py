@@ -155,7 +155,10 @@ def test_retry_and_bulk_actions_from_the_cli(pool: Harness) -> None:
     assert len(pool.all()) == 3  # nothing made by a refusal or a dry run
     done = pool.cli("retry", "--status", "failed", "--yes", "--json")
     assert done.returncode == 0, done
-    assert len(json.loads(done.stdout)["jobs"]) == 2
+    retried = json.loads(done.stdout)["jobs"]
+    assert len(retried) == 2
+    for doc in retried:  # their supervisors run them (exit 3): none is pending any more
+        pool.wait_for(doc["id"], {Status.FAILED}, 30)
     canceled = pool.cli("cancel", "--status", "pending", "--yes")
     assert canceled.returncode == 0 and f"{live} canceled" in canceled.stdout
     nothing = pool.cli("rm")

@@ -80,7 +80,9 @@ def test_a_cancel_whose_cleanup_outlives_the_grace_ends_canceled_in_a_pool(env: 
     try:
         env.wait_state(task.id, lambda s: s.step == "work", "the work stage")
         assert env.store.open(task.id).cancel().cancel_requested
-        env.wait_state(task.id, lambda s: s.step == "cleanup", "the cleanup to start")
+        # (under load the pool's one-second grace may end before the cleanup reports its
+        # start: the job must end canceled either way)
+        env.wait_state(task.id, lambda s: s.step == "cleanup" or s.terminal, "the cleanup to start")
         state = env.wait_state(task.id, lambda s: s.terminal, "the job to end")
     finally:
         pool.stop()

@@ -138,13 +138,13 @@ class AsyncPool:
         """Run until stopped (:meth:`stop`), or in burst mode until nothing is pending.
         Returns the number of attempts processed."""
         self._wake = asyncio.Event()
+        await self._store(self._register)  # before the maintainer's first look
         if self.maintainer is not None:
             self.maintainer.start()
             if self.burst:
                 await asyncio.to_thread(self.maintainer.ready.wait, 10.0)
         self._logs.install()
         listener = AsyncListener(await self._store(self.store.listen, None, True))
-        await self._store(self._register)
         watcher = asyncio.create_task(self._listen(listener), name="outlast-listen")
         procs.sd_notify("READY=1")  # under systemd (Type=notify): it works now
         outage = Outage()

@@ -447,22 +447,21 @@ class Pool:
         Returns the number of attempts processed.
         """
         self.slots = self._start_processes(self.concurrency)
-        if self.maintainer is not None:
-            self.maintainer.start()
-            if self.burst:  # jobs of dead workers first: a burst run may end before a sweep
-                self.maintainer.ready.wait(10.0)
-        try:
-            listener = procs.patiently(lambda: self.store.listen(None, queue=True))
-            registered = present(
-                self.store, "pool", queues=self.queues, concurrency=self.concurrency
-            )
-            with listener, registered:
-                procs.sd_notify("READY=1")  # under systemd (Type=notify): it works now
-                self._loop(listener)
-        finally:
+        # in the registry before the maintainer starts (whose first look sees it)
+        with present(self.store, "pool", queues=self.queues, concurrency=self.concurrency):
             if self.maintainer is not None:
-                self.maintainer.stop()
-            self._shutdown()
+                self.maintainer.start()
+                if self.burst:  # jobs of dead workers first: a burst run may end before a sweep
+                    self.maintainer.ready.wait(10.0)
+            try:
+                listener = procs.patiently(lambda: self.store.listen(None, queue=True))
+                with listener:
+                    procs.sd_notify("READY=1")  # under systemd (Type=notify): it works now
+                    self._loop(listener)
+            finally:
+                if self.maintainer is not None:
+                    self.maintainer.stop()
+                self._shutdown()
         return self.processed
 
     def _loop(self, listener: Listener) -> None:

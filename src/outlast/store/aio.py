@@ -10,8 +10,8 @@ listener too.
 
 Why a thread offload rather than an async driver: the store's code (its transactions, its
 fencing, its translation of errors) is written once and is the same for every caller; a
-call costs one hop to a thread (tens of microseconds, see BENCHMARKS.md) on top of the
-store's own time, and the loop is never blocked.
+call costs one hop to a thread and back (0.1-0.3 ms on a busy 2-core machine, see
+BENCHMARKS.md) on top of the store's own time, and the loop runs other work meanwhile.
 """
 
 from __future__ import annotations
@@ -114,12 +114,20 @@ class AsyncListener:
         if self._draining:  # a drain runs in a thread: close once it is done
             self._loop.call_soon(self._close_later)
         else:
-            self._listener.close()
+            self._close_off_loop()
 
     def _close_later(self) -> None:
         if self._draining:
             self._loop.call_later(0.01, self._close_later)
         else:
+            self._close_off_loop()
+
+    def _close_off_loop(self) -> None:
+        """Close the listener in a thread: a database listener's close is network I/O (its
+        connection is given back or closed), which must not hold the loop."""
+        try:
+            self._loop.run_in_executor(None, self._listener.close)
+        except RuntimeError:  # the loop is closing: close here
             self._listener.close()
 
 
