@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from outlast.run.logs import LogWriter, read_log
+from outlast.store.joblog import LogWriter, read_log
 
 OUTPUT = b"".join(b"line %d\n" % i for i in range(1, 401))
 

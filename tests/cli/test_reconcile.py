@@ -83,6 +83,8 @@ def test_a_killed_supervisor_with_attempts_left_runs_the_job_again(
     doc = cli.running_with_pid(job_id)
     first = doc["pid"]
     assert doc["attempts"] == 1
+    # its output read into the log before the supervisor dies (else it dies in the pipe)
+    until(lambda: "first" in cli("logs", job_id).ok().out, 10, "the first attempt's output")
     supervisor = _kill_supervisor(doc)
 
     after = cli.status(job_id)

@@ -59,6 +59,7 @@ from outlast.http.schemas import (
     ScheduleDocument,
     SchedulePage,
     SetSlots,
+    WorkerPage,
 )
 from outlast.model import JobState, Status
 from outlast.run import api, reap, schedules
@@ -347,7 +348,7 @@ def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
         [task] = api.retry([job_id], store=store)
         return _doc(store.get(task.id), 201, {"Location": f"/jobs/{task.id}"})
 
-    @routes.get("/workers", tags=["queues"], responses=_errors(*denied))
+    @routes.get("/workers", response_model=WorkerPage, tags=["queues"], responses=_errors(*denied))
     def list_workers() -> Response:
         """The live workers (pools, servers, schedulers, supervisors, dedicated workers):
         host, pid, kind, queues, concurrency, version, since, running jobs (what ``outlast

@@ -26,7 +26,7 @@ import logging
 import re
 import time
 from collections.abc import Collection
-from http.cookies import SimpleCookie
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -270,7 +270,7 @@ def _session_cookie(headers: Headers) -> str | None:
     jar: SimpleCookie = SimpleCookie()
     try:
         jar.load(raw)
-    except Exception:  # a malformed Cookie header: as if there were none
+    except CookieError:  # a malformed Cookie header: as if there were none
         return None
     morsel = jar.get(SESSION_COOKIE)
     return None if morsel is None else morsel.value

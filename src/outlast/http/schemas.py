@@ -90,6 +90,25 @@ class QueueDoc(BaseModel):
     oldest_due_seconds: float
 
 
+class WorkerDoc(BaseModel):
+    """A live worker of the registry (``Store.register_worker``)."""
+
+    name: str = Field(description="host:pid")
+    host: str
+    pid: int | None
+    kind: str = Field(description="pool, async-pool, server, scheduler, supervisor, dedicated")
+    queues: list[str]
+    concurrency: int | None
+    job: str | None = Field(description="the one job of a supervisor or dedicated worker")
+    version: str
+    since: str
+    jobs: int = Field(description="running jobs it holds")
+
+
+class WorkerPage(BaseModel):
+    workers: list[WorkerDoc]
+
+
 class QueuePage(BaseModel):
     queues: list[QueueDoc]
 

@@ -532,7 +532,7 @@ def run_command(
     not in the job document, since an environment can hold secrets. ``grace``: seconds
     between SIGTERM and SIGKILL when the job is canceled (None: the supervisor's 10 s).
     """
-    from outlast.run.logs import max_bytes
+    from outlast.store.joblog import max_bytes
 
     if isinstance(argv, str) or not isinstance(argv, Sequence):
         raise InvalidInput("argv must be a list of strings: the command and its arguments")

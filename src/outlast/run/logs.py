@@ -8,9 +8,6 @@ import sys
 from collections.abc import Callable
 
 from outlast.store import Store
-from outlast.store.joblog import LogWriter, max_bytes, read_log
-
-__all__ = ["LogWriter", "follow", "max_bytes", "read_log", "write_stdout"]
 
 #: Seconds between reads of a log that no file event announces (a database's).
 POLL = 0.25
