@@ -445,7 +445,7 @@ def _check_corrupt_cli(
     problem = _ok_problem(ran)
     if problem is None:
         try:
-            listed = {doc["id"] for doc in json.loads(ran.out)}
+            listed = {doc["id"] for doc in json.loads(ran.out)["jobs"]}
             missing = [i for i in others if i not in listed]
             problem = f"jobs {missing} missing from the listing" if missing else None
         except (ValueError, TypeError, KeyError) as exc:
@@ -775,13 +775,15 @@ def _check_recovered(name: str, store: _Filled, quick: bool, tally: _Tally) -> b
         tally.check(name, f"job {job_id} (created while filling) ends", problem)
     ran = _cli("ls", "--status", "pending", "--json", "--store", store.url)
     problem = _ok_problem(ran)
-    if problem is None and json.loads(ran.out):
-        problem = f"jobs left pending: {[d['id'] for d in json.loads(ran.out)]}"
+    if problem is None and json.loads(ran.out)["jobs"]:
+        problem = f"jobs left pending: {[d['id'] for d in json.loads(ran.out)['jobs']]}"
     tally.check(name, "no job left pending", problem)
     ran = _cli("ls", "--json", "--limit", "10000", "--store", store.url)
     problem = _ok_problem(ran)
     if problem is None:
-        phantoms = {d["id"] for d in json.loads(ran.out)} - set(store.before) - set(store.created)
+        phantoms = (
+            {d["id"] for d in json.loads(ran.out)["jobs"]} - set(store.before) - set(store.created)
+        )
         problem = f"jobs no submit reported: {sorted(phantoms)}" if phantoms else None
     tally.check(name, "no job recorded by a refused submit", problem)
     for job_id, doc in store.before.items():

@@ -131,7 +131,7 @@ def test_rm_removes_a_finished_job_and_its_log(cli: Outlast) -> None:
     assert gone.code == 2, gone
     assert gone.err.startswith("outlast: error:") and job_id in gone.err
     assert not log.exists()
-    assert cli("ls", "--json").json() == []
+    assert cli("ls", "--json").json() == {"jobs": [], "next": None}
 
 
 @pytest.mark.timeout(30)
@@ -150,7 +150,7 @@ def test_rm_of_a_running_job_needs_force(cli: Outlast) -> None:
     cli("rm", "--force", job_id).ok()
     until(lambda: not alive(command_pid), 5, "the removed job's command to be stopped")
     assert cli("status", job_id).code == 2
-    assert cli("ls", "--json").json() == []
+    assert cli("ls", "--json").json() == {"jobs": [], "next": None}
     assert not cli.log_path(job_id).exists()
 
 
@@ -170,10 +170,10 @@ def test_prune_removes_finished_jobs_but_not_running_ones(cli: Outlast) -> None:
     *listed, last = dry.out.strip().splitlines()
     assert last == "would remove 3 job(s)"
     assert {line.split()[0] for line in listed} == {ok, bad, canceled}  # it lists them
-    assert len(cli("ls", "--json").json()) == 4
+    assert len(cli("ls", "--json").json()["jobs"]) == 4
 
     assert cli("prune", "--older-than", "0s").ok().out.strip() == "removed 3 job(s)"
-    assert [d["id"] for d in cli("ls", "--json").json()] == [live]
+    assert [d["id"] for d in cli("ls", "--json").json()["jobs"]] == [live]
     assert cli.status(live)["status"] == "running"
     for job_id in (ok, bad, canceled):
         assert cli("status", job_id).code == 2

@@ -36,7 +36,7 @@ def test_fifty_runs_started_at_once_are_all_recorded_and_all_finish(cli: Outlast
         state = cli.store.wait(job_id, timeout=60)
         assert state.terminal, f"job {job_id} is still {state.status}"
 
-    listed = cli("ls", "--limit", "100", "--json").json()
+    listed = cli("ls", "--limit", "100", "--json").json()["jobs"]
     assert len(listed) == N
     assert {d["id"] for d in listed} == set(ids)
     assert {d["status"] for d in listed} == {"succeeded"}, [
@@ -46,4 +46,4 @@ def test_fifty_runs_started_at_once_are_all_recorded_and_all_finish(cli: Outlast
     for i, job_id in enumerate(ids):
         assert cli.log_path(job_id).read_text() == f"{job_id}\n"
         assert next(d for d in listed if d["id"] == job_id)["labels"] == {"n": str(i)}
-    assert len(cli("ls", "--status", "succeeded", "--limit", "100", "--json").json()) == N
+    assert len(cli("ls", "--status", "succeeded", "--limit", "100", "--json").json()["jobs"]) == N

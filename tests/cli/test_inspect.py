@@ -33,7 +33,7 @@ def test_status_and_ls_print_the_job_document(cli: Outlast) -> None:
     assert doc["created_at"] <= doc["started_at"] <= doc["finished_at"]
     assert doc["worker"] and doc["pid"]
 
-    everything = cli("ls", "--json").json()
+    everything = cli("ls", "--json").json()["jobs"]
     assert [d["id"] for d in everything] == [live, bad, ok], "ls is newest first"
     for listed in everything:
         assert set(listed) >= DOC_FIELDS
@@ -44,7 +44,7 @@ def test_status_and_ls_print_the_job_document(cli: Outlast) -> None:
     }
 
     def ids(*args: str) -> list[str]:
-        return [d["id"] for d in cli("ls", *args, "--json").json()]
+        return [d["id"] for d in cli("ls", *args, "--json").json()["jobs"]]
 
     assert ids("--status", "succeeded") == [ok]
     assert ids("--status", "running") == [live]

@@ -31,7 +31,7 @@ def _reconciled_by(cli: Outlast, verb: str, job_id: str) -> dict[str, Any]:
     if verb == "status":
         return cli.status(job_id)
     if verb == "ls":
-        listed = {d["id"]: d for d in cli("ls", "--json").json()}
+        listed = {d["id"]: d for d in cli("ls", "--json").json()["jobs"]}
         return listed[job_id]
     assert verb == "wait"
     result = cli.wait(job_id, "--json")
@@ -194,7 +194,7 @@ def test_a_live_supervisor_waiting_to_retry_is_not_taken_for_dead(
     assert waiting["status"] == "pending", waiting
     assert waiting["error"]["code"] == "error", "a live supervisor was reconciled as dead"
     assert waiting["worker"], "the job stays bound to its supervisor while it waits"
-    listed = {d["id"]: d for d in cli("ls", "--json").json()}[job_id]
+    listed = {d["id"]: d for d in cli("ls", "--json").json()["jobs"]}[job_id]
     assert (listed["status"], listed["error"]["code"]) == ("pending", "error")
 
     final = cli.finish(job_id, 0)

@@ -17,15 +17,35 @@ from typing import Any, TypeVar
 import click
 
 from outlast.cli import render
-from outlast.errors import CorruptJob, InvalidInput, OutlastError, StoreError
+from outlast.errors import CorruptJob, InvalidInput, JobNotFound, OutlastError, StoreError
 from outlast.model import EventStatus, JobState, Status
 from outlast.store import Store, open_store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Exit codes: a job failed, a user error (bad input, no such job, a move the status machine
-#: does not allow), a canceled job, the store failed (unreachable, corrupt), timed out.
-EXIT_FAILED, EXIT_USAGE, EXIT_CANCELED, EXIT_STORE, EXIT_TIMEOUT = 1, 2, 3, 5, 124
+#: does not allow), a canceled job, a job paused for an answer, the store failed (unreachable,
+#: corrupt), timed out.
+EXIT_FAILED, EXIT_USAGE, EXIT_CANCELED, EXIT_PAUSED, EXIT_STORE, EXIT_TIMEOUT = 1, 2, 3, 4, 5, 124
+
+
+_STORE_HELP = "Store URL (sqlite:///abs.db, files:///abs/dir, postgresql://…); $OUTLAST_STORE."
+_JSON_HELP = "Print JSON (the job document)."
+#: Where the options given before the verb (``outlast --store URL --json ls``) wait for it.
+_GLOBAL_STORE, _GLOBAL_JSON = "outlast.store", "outlast.json"
+
+
+def _global_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A verb's ``--store``: its own when given, else the one before the verb, else
+    ``$OUTLAST_STORE``."""
+    if ctx.get_parameter_source(param.name or "") == click.core.ParameterSource.COMMANDLINE:
+        return value
+    given: str | None = ctx.meta.get(_GLOBAL_STORE)
+    return given if given is not None else value
+
+
+def _global_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    return value or bool(ctx.meta.get(_GLOBAL_JSON))
 
 
 def store_option(fn: F) -> F:
@@ -34,12 +54,13 @@ def store_option(fn: F) -> F:
         "store_url",
         metavar="URL",
         envvar="OUTLAST_STORE",
-        help="Store URL (sqlite:///abs.db, files:///abs/dir, postgresql://…); $OUTLAST_STORE.",
+        callback=_global_store,
+        help=_STORE_HELP,
     )(fn)
 
 
 def json_option(fn: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON (the job document).")(
+    return click.option("--json", "as_json", is_flag=True, callback=_global_json, help=_JSON_HELP)(
         fn
     )
 
@@ -71,7 +92,10 @@ def parse_json(text: str | None, what: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON ({exc})", param_hint=what) from None
+        quoted = json.dumps(text, ensure_ascii=False)
+        raise click.BadParameter(
+            f"not JSON ({exc}): to pass a string, quote it: '{quoted}'", param_hint=what
+        ) from None
 
 
 def parse_duration(text: str | None, hint: str) -> float | None:
@@ -164,9 +188,43 @@ def _one_line(message: str) -> str:
     return "; ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
+#: What each verb's exit codes mean beyond 0 (done), 2 (a user error) and 5 (the store
+#: failed), shown at the end of its ``--help``.
+_EXITS = {
+    "wait": "0 succeeded, 1 failed, 3 canceled (its processes are gone), 4 paused for an answer"
+    " (unless --through-pause), 124 timed out",
+    "watch": "0 succeeded, 1 failed, 3 canceled",
+    "worker": "0 stopped (SIGTERM/SIGINT, or --burst found no job), 130 interrupted",
+    "serve": "0 stopped",
+}
+_EXITS_COMMON = (
+    "2 a user error (bad input, no such job, a move the job's status does not allow), 5 the"
+    " store failed (unreachable, corrupt)"
+)
+
+
+class Command(click.Command):
+    """A verb: refuses ``--json`` given before a verb that prints no JSON, and ends its help
+    with its exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        if ctx.meta.get(_GLOBAL_JSON) and not any(p.name == "as_json" for p in self.params):
+            raise click.UsageError(f"{ctx.command_path} prints no JSON: drop --json")
+        return super().invoke(ctx)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_epilog(ctx, formatter)
+        codes = _EXITS.get(self.name or "", "0 done")
+        formatter.write_paragraph()
+        formatter.write_text(f"Exit codes: {codes}; {_EXITS_COMMON}.")
+
+
 class Cli(click.Group):
     """Turns outlast's errors and click's usage errors into one line on stderr: exit 2 for a
     user's error, 5 when the store failed."""
+
+    command_class = Command
+    group_class = type  # `schedule` and `group` are made like this one
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
@@ -198,8 +256,24 @@ class Cli(click.Group):
 
 @click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="outlast")
-def cli() -> None:
-    """outlast: background jobs that outlast the process that started them."""
+@click.option(
+    "--store",
+    "store_url",
+    metavar="URL",
+    help="Store URL for any verb (or after the verb).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (or after the verb).")
+@click.pass_context
+def cli(ctx: click.Context, store_url: str | None, as_json: bool) -> None:
+    """outlast: background jobs that outlast the process that started them.
+
+    Exit codes of every verb: 0 done, 2 a user error (bad input, no such job, a move the
+    job's status does not allow; one line on stderr, nothing written), 5 the store failed
+    (unreachable, corrupt). wait and watch add a job's outcome: 1 failed, 3 canceled, 4 paused
+    for an answer (wait), 124 timed out (wait).
+    """
+    ctx.meta[_GLOBAL_STORE] = store_url
+    ctx.meta[_GLOBAL_JSON] = as_json
 
 
 @cli.command(context_settings={"allow_interspersed_args": False})
@@ -372,34 +446,64 @@ def ls(
     as_json: bool,
     store_url: str | None,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first.
+
+    --json prints what GET /jobs answers: {"jobs": [job documents], "next": ID or null};
+    pass "next" as --before for the following page (null: this was the last).
+    """
     from outlast.run.reap import reconcile
 
     if label is not None:
         parse_labels((label,))
     with _open(store_url) as store:
-        states = [
-            s if s.terminal else reconcile(store, s)
-            for s in store.list(status=status_, label=label, limit=limit, before=before)
-        ]
+        try:
+            found = store.list(status=status_, label=label, limit=limit, before=before)
+        except JobNotFound:
+            raise click.BadParameter(
+                f'no job {before!r}: pass the id of a listed job (the "next" of --json)',
+                param_hint="--before",
+            ) from None
+        states = [s if s.terminal else reconcile(store, s) for s in found]
     docs = [s.to_dict() for s in states]
-    click.echo(render.dumps(docs) if as_json else render.jobs_table(docs))
+    if as_json:
+        cursor = states[-1].id if len(states) == limit else None
+        click.echo(render.dumps({"jobs": docs, "next": cursor}))
+    else:
+        click.echo(render.jobs_table(docs))
 
 
 @cli.command()
 @click.argument("job_id")
 @click.option("--timeout", type=click.FloatRange(min=0), help="Give up after S seconds (exit 124).")
+@click.option(
+    "--through-pause",
+    is_flag=True,
+    help="Wait on while the job is paused for an answer (default: return at once, exit 4).",
+)
 @json_option
 @store_option
-def wait(job_id: str, timeout: float | None, as_json: bool, store_url: str | None) -> None:
-    """Wait for a job to finish. Exit 0 succeeded, 1 failed, 3 canceled, 124 timed out."""
+def wait(
+    job_id: str, timeout: float | None, through_pause: bool, as_json: bool, store_url: str | None
+) -> None:
+    """Wait until a job ends, or pauses for an answer.
+
+    Exit 0 succeeded, 1 failed, 3 canceled (once its processes are gone), 4 paused (the
+    question is printed; --json carries it as "question"; answer with outlast resume), 124
+    timed out. --through-pause waits on through pauses.
+    """
     from outlast.run.reap import wait_for
 
     with _open(store_url) as store:
-        state = wait_for(store, job_id, timeout)
+        state = wait_for(store, job_id, timeout, through_pause)
     if as_json:
         _print_job(state, True)
     codes = {Status.SUCCEEDED: 0, Status.FAILED: EXIT_FAILED, Status.CANCELED: EXIT_CANCELED}
+    if state.status == Status.PAUSED and not through_pause:
+        if not as_json:
+            question = json.dumps(state.question, ensure_ascii=False)
+            click.echo(f"{job_id} paused: {question}")
+            click.echo(f"answer with: outlast resume {job_id} --answer JSON", err=True)
+        sys.exit(EXIT_PAUSED)
     if not state.terminal:
         click.echo(f"outlast: timed out; job {job_id} is {state.status}", err=True)
         sys.exit(EXIT_TIMEOUT)
@@ -958,6 +1062,57 @@ def serve(
     from outlast.http.server import serve as serve_http
 
     serve_http(store_url, host, port, token, imports=imports)
+
+
+@cli.command(name="mcp")
+@click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE first: its registered jobs can be started with the submit tool.",
+)
+@click.option(
+    "--allow-commands",
+    is_flag=True,
+    help="Let clients run commands (the run_command tool): a client that may is a shell.",
+)
+@click.option("--http", "over_http", is_flag=True, help="Streamable HTTP at /mcp, not stdio.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="--http: address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8766, show_default=True)
+@click.option(
+    "--token",
+    envvar="OUTLAST_TOKEN",
+    help="--http: bearer token clients must send ($OUTLAST_TOKEN); needed off loopback.",
+)
+@store_option
+def mcp(
+    imports: tuple[str, ...],
+    allow_commands: bool,
+    over_http: bool,
+    host: str,
+    port: int,
+    token: str | None,
+    store_url: str | None,
+) -> None:
+    """Serve the Model Context Protocol (stdio by default): tools that mirror these verbs
+    (run_command, submit, status, list_jobs, wait, logs, events, cancel, resume, retry) and
+    the resources outlast://jobs/{id} and outlast://jobs/{id}/log. Needs outlast[mcp]."""
+    try:
+        from outlast.mcp.server import serve as serve_mcp
+    except ImportError as exc:
+        raise InvalidInput(
+            f"outlast mcp needs the MCP SDK ({exc}): pip install 'outlast[mcp]'"
+        ) from None
+    serve_mcp(
+        store_url,
+        imports=imports,
+        allow_commands=allow_commands,
+        http=over_http,
+        host=host,
+        port=port,
+        token=token,
+    )
 
 
 @cli.group()

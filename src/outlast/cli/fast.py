@@ -22,10 +22,18 @@ _STATUSES = frozenset({"pending", "running", "paused", "succeeded", "failed", "c
 
 
 def _parse(argv: list[str]) -> tuple[str, bool, str | None] | None:
-    if not argv or argv[0] != "status":
+    """``status ID`` with ``--json`` and ``--store URL`` before or after the verb."""
+    verb = 0
+    while verb < len(argv) and argv[verb] != "status":  # only --json, --store before it
+        arg = argv[verb]
+        step = 2 if arg == "--store" else 1 if arg == "--json" or arg.startswith("--store=") else 0
+        if not step:
+            return None
+        verb += step
+    if verb >= len(argv):
         return None
     job_id, as_json, store = None, False, None
-    rest = iter(argv[1:])
+    rest = iter(argv[:verb] + argv[verb + 1 :])
     for arg in rest:
         if arg == "--json":
             as_json = True

@@ -90,9 +90,14 @@ def follow(
     return store_follow(store, job_id, after, timeout, reconcile=partial(reconcile, store))
 
 
-def wait_for(store: Store, job_id: str, timeout: float | None = None) -> JobState:
-    """Block until the job is terminal or ``timeout`` passes; returns its latest state."""
-    return store.wait(job_id, timeout, reconcile=partial(reconcile, store))
+def wait_for(
+    store: Store, job_id: str, timeout: float | None = None, through_pause: bool = False
+) -> JobState:
+    """Block until the job is terminal or paused (unless ``through_pause``), or ``timeout``
+    passes; returns its latest state (see :meth:`Store.wait`)."""
+    return store.wait(
+        job_id, timeout, reconcile=partial(reconcile, store), through_pause=through_pause
+    )
 
 
 def cancel(store: Store, job_id: str) -> tuple[JobState, JobState]:

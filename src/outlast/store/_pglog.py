@@ -173,3 +173,28 @@ def tail(db: _pg.Connections, schema: str, job_id: str, lines: int, most: int) -
     if len(data) > most:
         data, cut = data[-most:], True
     return tail_lines(data, lines, cut)
+
+
+def read_range(
+    db: _pg.Connections, schema: str, job_id: str, offset: int, limit: int
+) -> tuple[bytes, int]:
+    """Up to ``limit`` bytes of a job's log from byte ``offset`` of what is kept, and its
+    size: only the chunks that hold the range are fetched."""
+    table = f'"{schema}".job_logs'
+    with db.session(f"read the log of {job_id}") as conn:
+        rows = conn.execute(
+            f"SELECT data, start, size FROM (SELECT seq, data, sum(length(data)) OVER w"
+            f" - length(data) AS start, sum(length(data)) OVER () AS size FROM {table}"
+            " WHERE job_id = %s WINDOW w AS (ORDER BY seq)) kept"
+            " WHERE start + length(data) > %s AND start < %s ORDER BY seq",
+            (job_id, offset, offset + limit),
+        ).fetchall()
+        if not rows:
+            found = conn.execute(
+                f"SELECT coalesce(sum(length(data)), 0) FROM {table} WHERE job_id = %s",
+                (job_id,),
+            ).fetchone()
+            return b"", int(found[0]) if found else 0
+    first = int(rows[0][1])
+    data = b"".join(bytes(r[0]) for r in rows)[offset - first :][:limit]
+    return data, int(rows[0][2])

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,8 +49,16 @@ from outlast.model import (
     utcnow,
 )
 from outlast.store.common import log, parse_label, worker_name
-from outlast.store.follower import follow
-from outlast.store.joblog import FileCursor, LogCursor, LogSink, LogWriter, tail_file
+from outlast.store.follower import follow, settled, wait_released
+from outlast.store.joblog import (
+    FileCursor,
+    LogCursor,
+    LogSink,
+    LogWriter,
+    check_range,
+    read_range,
+    tail_file,
+)
 from outlast.store.journal import NOT_STARTED, Fate, Journal
 from outlast.store.stats import Stats
 from outlast.store.stats import from_states as stats_from_states
@@ -542,18 +551,37 @@ class Store(abc.ABC):
         return (event for _, events in updates for event in events)
 
     def wait(
-        self, job_id: str, timeout: float | None = None, reconcile: Reconciler | None = None
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        reconcile: Reconciler | None = None,
+        *,
+        through_pause: bool = False,
     ) -> JobState:
-        """Block until the job is terminal (or ``timeout``); returns its latest state.
+        """Block until the job is terminal or paused (or ``timeout``); returns its latest
+        state.
 
+        A paused job waits for a person's answer, so the wait returns on it (check
+        ``state.status``) unless ``through_pause``, which waits on through pauses for the end.
+        A canceled job is returned once no process holds its worker lock (its worker has
+        stopped what the job ran), waiting at most its grace period and a few seconds more.
         A job whose worker died is reconciled as in :meth:`watch`: with no attempts left it
         ends ``failed``/``abandoned`` within about a second of the death.
         """
         check_id(job_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
         updates = follow(
-            self, job_id, timeout=timeout, reconcile=reconcile or self._reconciler(), events=False
+            self,
+            job_id,
+            timeout=timeout,
+            reconcile=reconcile or self._reconciler(),
+            events=False,
+            until=None if through_pause else settled,
         )
-        return deque(updates, maxlen=1)[0][0]  # the last update's state
+        state = deque(updates, maxlen=1)[0][0]  # the last update's state
+        if state.status == Status.CANCELED:
+            wait_released(self, state, deadline)
+        return state
 
     # ----------------------------------------------------------------------- schedules
     def add_schedule(self, schedule: Schedule, replace: bool = False) -> Schedule:
@@ -716,6 +744,15 @@ class Store(abc.ABC):
         """The last ``lines`` lines of the job's log (at most about a MiB), or None when it
         has none."""
         return tail_file(self.log_path(job_id), lines)
+
+    def log_read(self, job_id: str, offset: int = 0, limit: int = 65536) -> tuple[bytes, int]:
+        """Up to ``limit`` bytes of the job's log from byte ``offset``, and the log's size now
+        (read on from ``offset + len(data)``; at ``size`` there is nothing more yet).
+        Offsets count from the oldest byte kept: only a log that passed its cap
+        (``OUTLAST_LOG_MAX_BYTES``) drops its oldest part, and then they start again lower
+        (an offset past ``size`` reads nothing)."""
+        check_range(offset, limit)
+        return read_range(self.log_path(check_id(job_id)), offset, limit)
 
     def close(self) -> None:  # noqa: B027 - adapters without resources need not override
         """Release the store's connections and descriptors. Local worker locks stay held until

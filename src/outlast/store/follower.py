@@ -114,6 +114,34 @@ def _terminal(state: JobState) -> bool:
     return state.terminal
 
 
+def settled(state: JobState) -> bool:
+    """What a waiter waits for: the job ended, or it is paused and waits for a person (a
+    wait that went on would hang until somebody answers)."""
+    return state.terminal or state.status == Status.PAUSED
+
+
+#: Seconds a canceled job's worker gets, beyond its grace period, to stop the job's processes
+#: and free its lock before a waiter stops waiting for that.
+CANCEL_MARGIN = 5.0
+#: The grace period of a job that does not carry one (pools stop a canceled job within it).
+CANCEL_GRACE = 10.0
+RELEASE_POLL = 0.02
+
+
+def wait_released(store: Store, state: JobState, deadline: float | None = None) -> bool:
+    """For a canceled job: wait until no process holds its worker lock any more (its
+    supervisor or pool has stopped what it ran), at most its grace period and
+    :data:`CANCEL_MARGIN` (or until ``deadline``, ``time.monotonic()``). True once free."""
+    bound = time.monotonic() + (state.grace or CANCEL_GRACE) + CANCEL_MARGIN
+    if deadline is not None:
+        bound = min(bound, deadline)
+    while store.worker_holds(state.id):
+        if time.monotonic() >= bound:
+            return False
+        time.sleep(RELEASE_POLL)
+    return True
+
+
 def follow(
     store: Store,
     job_id: str,

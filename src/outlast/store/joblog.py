@@ -131,6 +131,27 @@ def read_log(path: Path) -> bytes:
     return b"".join(p.read_bytes() for p in log_files(path))
 
 
+def read_range(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
+    """Up to ``limit`` bytes of a log from byte ``offset`` of what is kept (its rotated part,
+    then the current file), and the size of what is kept."""
+    parts = [(p, p.stat().st_size) for p in log_files(path)]
+    size = sum(length for _, length in parts)
+    out, start = b"", 0
+    for part, length in parts:
+        if offset < start + length and len(out) < limit:
+            with contextlib.suppress(FileNotFoundError), open(part, "rb") as handle:
+                handle.seek(max(0, offset - start))
+                out += handle.read(min(limit - len(out), length - max(0, offset - start)))
+        start += length
+    return out, size
+
+
+def check_range(offset: int, limit: int) -> None:
+    for name, value in (("offset", offset), ("limit", limit)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidInput(f"{name} must be a whole number >= 0, not {value!r}")
+
+
 class FileCursor:
     """Reads a log file: first its rotated part and the file, then what was appended since,
     across rotations."""

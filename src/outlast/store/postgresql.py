@@ -57,6 +57,7 @@ import psycopg
 
 from outlast import codec, paths
 from outlast.errors import InvalidInput, OutlastError, StoreError
+from outlast.ids import check_id
 from outlast.machine import Outcome
 from outlast.model import TERMINAL, JobState, Kind
 from outlast.store import _pg, _pglog
@@ -65,7 +66,7 @@ from outlast.store._pglisten import PgListener
 from outlast.store._pglocks import HELD_SQL, AdvisoryLocks, PgMaintenance, lock_key, lock_pair
 from outlast.store.base import Capabilities, ChangeWatch, MaintenanceLock
 from outlast.store.common import decode_listing, log, make_private_dir
-from outlast.store.joblog import TAIL_BYTES, LogCursor, LogSink
+from outlast.store.joblog import TAIL_BYTES, LogCursor, LogSink, check_range
 from outlast.store.journal import Fate, Journal, Key, line_fate, record_line
 from outlast.store.sql import (
     CLAIM_ORDER,
@@ -467,6 +468,10 @@ class PostgresStore(AdvisoryLocks, SqlStore):
 
     def log_tail(self, job_id: str, lines: int) -> str | None:
         return _pglog.tail(self._db, self.schema, job_id, lines, TAIL_BYTES)
+
+    def log_read(self, job_id: str, offset: int = 0, limit: int = 65536) -> tuple[bytes, int]:
+        check_range(offset, limit)
+        return _pglog.read_range(self._db, self.schema, check_id(job_id), offset, limit)
 
     def worker_output_path(self, job_id: str) -> Path:
         """What a detached worker on this machine prints itself (its job's output goes to

@@ -98,9 +98,11 @@ class Task:
     def state(self) -> JobState:
         return self.store.get(self.id)
 
-    def wait(self, timeout: float | None = None) -> JobState:
-        """Block until the job is terminal (or ``timeout`` seconds); its latest state."""
-        return self.store.wait(self.id, timeout)
+    def wait(self, timeout: float | None = None, *, through_pause: bool = False) -> JobState:
+        """Block until the job is terminal or paused for an answer (or ``timeout`` seconds);
+        its latest state. ``through_pause``: wait on through pauses for the end. A canceled
+        job is returned once its processes are gone (see :meth:`Store.wait`)."""
+        return self.store.wait(self.id, timeout, through_pause=through_pause)
 
     # ------------------------------------------------------------------ asyncio
     async def astate(self) -> JobState:
@@ -109,16 +111,30 @@ class Task:
 
         return await offload(self.state)
 
-    async def await_done(self, timeout: float | None = None) -> JobState:
-        """Wait, without blocking the event loop, until the job is terminal or ``timeout``
-        seconds passed; returns its latest state (check ``state.terminal``). Woken by the
-        store's notification; a job whose worker died is reconciled after a quiet second."""
-        from outlast.store.aio import afollow
+    async def await_done(
+        self, timeout: float | None = None, *, through_pause: bool = False
+    ) -> JobState:
+        """Wait, without blocking the event loop, until the job is terminal or paused for an
+        answer, or ``timeout`` seconds passed; returns its latest state (check
+        ``state.terminal`` and ``state.status``). ``through_pause``: wait on through pauses
+        for the end. Woken by the store's notification; a job whose worker died is
+        reconciled after a quiet second; a canceled job is returned once its processes are
+        gone (as :meth:`Store.wait`)."""
+        import time
 
+        from outlast.store.aio import afollow, offload
+        from outlast.store.follower import settled, wait_released
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        until = None if through_pause else settled
         last = None
-        async for update in afollow(self.store, self.id, timeout=timeout, events=False):
+        async for update in afollow(
+            self.store, self.id, timeout=timeout, events=False, until=until
+        ):
             last = update[0]
         assert last is not None
+        if last.status == Status.CANCELED:
+            await offload(wait_released, self.store, last, deadline)
         return last
 
     async def aevents(

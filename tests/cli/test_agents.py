@@ -1,0 +1,92 @@
+"""The CLI as agents and scripts use it: a canceled job's ``wait`` returns once its
+processes are gone, global options before the verb, one JSON shape for listings, JSON
+options that say how to quote, exit codes in every verb's help. (``wait`` on a paused job:
+tests/jobs/test_wait_paused.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from outlast.cli.app import cli as click_cli
+from tests.cli.helpers import Outlast
+from tests.waiting import alive, until
+
+
+@pytest.mark.timeout(60)
+def test_wait_for_a_canceled_command_returns_once_its_processes_are_gone(cli: Outlast) -> None:
+    pid_file = cli.tmp / "pid"
+    script = f"trap '' TERM; echo $$ > {pid_file}; while :; do sleep 0.05; done"
+    job_id = cli("run", "--grace", "1.5", "--", "sh", "-c", script).ok().out.strip()
+    until(pid_file.exists, 30, "the command to start")
+    pid = int(pid_file.read_text())
+    cli("cancel", job_id).ok()
+    waited = cli("wait", job_id)
+    assert waited.code == 3, waited
+    assert not alive(pid), "wait returned while the canceled command (ignoring TERM) lived"
+
+
+def test_global_options_before_the_verb(cli: Outlast) -> None:
+    job_id = cli("run", "--", "true").ok().out.strip()
+    cli("wait", job_id).ok()
+    other = {"OUTLAST_STORE": None}
+    page = cli("--store", cli.url, "--json", "ls", env=other).json()
+    assert [d["id"] for d in page["jobs"]] == [job_id] and page["next"] is None
+    # the fast path of status takes them too
+    doc = cli("--json", "--store", cli.url, "status", job_id, env=other).json()
+    assert doc["id"] == job_id and doc["status"] == "succeeded"
+    doc = cli(f"--store={cli.url}", "status", job_id, "--json", env=other).json()
+    assert doc["id"] == job_id
+    # the verb's own option wins over the one before it
+    wrong = f"sqlite://{cli.tmp}/nosuch.db"
+    assert cli("--store", wrong, "ls", "--store", cli.url, "--json", env=other).json()["jobs"]
+    refused = cli("--json", "worker", "--burst")
+    assert refused.code == 2 and "prints no JSON" in refused.err, refused
+
+
+def test_ls_json_pages_with_next(cli: Outlast) -> None:
+    ids = [cli("run", "--", "true").ok().out.strip() for _ in range(3)]
+    for job_id in ids:
+        cli("wait", job_id).ok()
+    first = cli("ls", "--limit", "2", "--json").json()
+    assert [d["id"] for d in first["jobs"]] == ids[::-1][:2]
+    assert first["next"] == ids[1]
+    second = cli("ls", "--limit", "2", "--before", first["next"], "--json").json()
+    assert [d["id"] for d in second["jobs"]] == [ids[0]] and second["next"] is None
+    bad = cli("ls", "--before", "nosuchjob", "--json")
+    assert bad.code == 2 and "--before" in bad.err and "nosuchjob" in bad.err, bad
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "--job", "x", "--step", "s", "--message", "hi"],
+        ["resume", "x", "--answer", "yes please"],
+    ],
+)
+def test_json_options_say_how_to_quote_a_string(cli: Outlast, argv: list[str]) -> None:
+    result = cli(*argv)
+    assert result.code == 2, result
+    given = argv[-1]
+    assert f"to pass a string, quote it: '{json.dumps(given)}'" in result.err, result.err
+    assert "Traceback" not in result.err
+
+
+def test_every_verb_names_its_exit_codes_in_help(tmp_path: Path) -> None:
+    runner = CliRunner()
+    verbs: list[list[str]] = []
+    for name, command in click_cli.commands.items():  # type: ignore[attr-defined]
+        subs = getattr(command, "commands", None)
+        verbs += [[name, sub] for sub in subs] if subs else [[name]]
+    assert len(verbs) > 20
+    for verb in verbs:
+        shown = runner.invoke(click_cli, [*verb, "--help"])
+        assert shown.exit_code == 0, (verb, shown.output)
+        text = " ".join(shown.output.split())
+        assert "Exit codes: 0" in text, verb
+        assert "5 the store failed" in text, verb
+    wait_help = " ".join(runner.invoke(click_cli, ["wait", "--help"]).output.split())
+    assert "4 paused for an answer" in wait_help and "124 timed out" in wait_help

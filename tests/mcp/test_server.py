@@ -1,0 +1,215 @@
+"""``outlast mcp`` driven by the official SDK's own client over stdio: a real server
+subprocess, real command jobs and a real pool for function jobs, on every store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp.client.stdio import StdioServerParameters
+
+from mcp import Client
+from outlast.model import Status
+from tests.pool.conftest import JOBS, Harness
+from tests.waiting import alive, until
+
+pytestmark = pytest.mark.timeout(90)
+
+Session = Callable[[Client], Awaitable[None]]
+
+
+def _params(harness: Harness, *args: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "outlast", "mcp", "--store", harness.url, *args],
+        env={k: v for k, v in harness.env.items() if k != "OUTLAST_STORE"},
+        cwd=str(harness.tmp),
+    )
+
+
+def _drive(harness: Harness, session: Session, *args: str) -> None:
+    """Start ``outlast mcp ARGS`` and run ``session`` against it with the SDK's client."""
+
+    async def main() -> None:
+        async with Client(_params(harness, *args), read_timeout_seconds=60) as client:
+            await session(client)
+
+    try:
+        asyncio.run(main())
+    except BaseExceptionGroup as group:  # the client's task groups wrap the test's failure
+        leaf: BaseException = group
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        raise leaf from None
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> Any:
+    """The tool's structured output; fails the test on an error result."""
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, (tool, arguments, result.content)
+    return result.structured_content
+
+
+async def refused(client: Client, tool: str, **arguments: Any) -> str:
+    """The text of the error result the tool gives (it must give one)."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, (tool, arguments, result.structured_content)
+    return " ".join(getattr(part, "text", "") for part in result.content)
+
+
+@pytest.fixture
+def harness(store_url: str, tmp_path: Path) -> Any:
+    made = Harness(tmp_path, store_url)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_a_command_job_run_waited_for_with_progress_and_paged_through(harness: Harness) -> None:
+    report = f"{sys.executable} -m outlast report --step half --progress 50"
+    script = f"for i in $(seq 1 200); do echo line-$i; done; {report}; sleep 0.2"
+
+    async def session(client: Client) -> None:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(listed) == {
+            "run_command", "submit", "status", "list_jobs", "wait", "logs", "events",
+            "cancel", "resume", "retry",
+        }  # fmt: skip
+        assert listed["wait"].input_schema["properties"]["timeout"]["maximum"] == 3600
+        document = (listed["status"].output_schema or {}).get("properties", {})
+        assert {"id", "status", "progress", "question", "error"} <= set(document)
+
+        doc = await call(
+            client, "run_command", argv=["sh", "-c", script], name="lines", labels={"t": "mcp"}
+        )
+        assert doc["kind"] == "command" and doc["name"] == "lines" and doc["labels"] == {"t": "mcp"}
+        notes: list[tuple[float, str | None]] = []
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            notes.append((done, message))
+
+        waited = await client.call_tool(
+            "wait", {"job_id": doc["id"], "timeout": 60}, progress_callback=progress
+        )
+        assert not waited.is_error, waited.content
+        out = waited.structured_content
+        assert out is not None
+        assert out["reason"] == "succeeded" and out["job"]["status"] == "succeeded"
+        assert notes, "no progress notification during the wait"
+        assert [n for n, _ in notes] == sorted({n for n, _ in notes}), "progress must grow"
+        assert any(m and "half" in m for _, m in notes), notes  # the job's own event
+        assert notes[-1][1] and notes[-1][1].startswith("succeeded")
+
+        # the log, paged by offset with a small limit: every line once, in order
+        text, offset, pages = "", 0, 0
+        while True:
+            piece = await call(client, "logs", job_id=doc["id"], offset=offset, limit=500)
+            assert piece["offset"] == offset
+            text += piece["text"]
+            offset = piece["next_offset"]
+            pages += 1
+            if piece["done"]:
+                break
+        assert text.splitlines() == [f"line-{i}" for i in range(1, 201)]
+        assert pages > 3 and offset == piece["size"]
+        tail = await call(client, "logs", job_id=doc["id"], tail=2)
+        assert tail["text"].splitlines() == ["line-199", "line-200"]
+
+        events = await call(client, "events", job_id=doc["id"])
+        assert [e["seq"] for e in events["events"]] == list(range(1, len(events["events"]) + 1))
+        assert events["done"] is True
+        later = await call(client, "events", job_id=doc["id"], after=events["next_after"])
+        assert later["events"] == [] and later["done"] is True
+
+        page = await call(client, "list_jobs", labels={"t": "mcp"}, limit=5)
+        assert [j["id"] for j in page["jobs"]] == [doc["id"]] and page["next"] is None
+
+        read = await client.read_resource(f"outlast://jobs/{doc['id']}")
+        assert json.loads(read.contents[0].text)["status"] == "succeeded"  # type: ignore[union-attr]
+        log = await client.read_resource(f"outlast://jobs/{doc['id']}/log")
+        assert log.contents[0].text.endswith("line-200\n")  # type: ignore[union-attr]
+
+        again = await call(client, "retry", job_ids=[doc["id"]])
+        [retried] = again["jobs"]
+        assert retried["retry_of"] == doc["id"]
+        assert (await call(client, "wait", job_id=retried["id"], timeout=60))["reason"] == (
+            "succeeded"
+        )
+
+    _drive(harness, session, "--allow-commands")
+
+
+def test_cancel_through_mcp_and_wait_returns_once_the_processes_are_gone(
+    harness: Harness,
+) -> None:
+    pid_file = harness.tmp / "pid"
+    script = f"trap '' TERM; echo $$ > {pid_file}; while :; do sleep 0.05; done"
+
+    async def session(client: Client) -> None:
+        doc = await call(client, "run_command", argv=["sh", "-c", script])
+        await asyncio.to_thread(until, pid_file.exists, 30, "the command to start")
+        pid = int(pid_file.read_text())
+        gone = await call(client, "wait", job_id=doc["id"], timeout=0.3)
+        assert gone["reason"] == "timeout" and gone["job"]["status"] == "running"
+
+        canceled = await call(client, "cancel", job_id=doc["id"])
+        assert canceled["status"] == "canceled"
+        waited = await call(client, "wait", job_id=doc["id"], timeout=60)
+        assert waited["reason"] == "canceled"
+        assert not alive(pid), "wait returned while the canceled command (ignoring TERM) lived"
+
+    _drive(harness, session, "--allow-commands")
+
+
+def test_a_paused_function_job_is_answered_through_mcp(harness: Harness) -> None:
+    harness.worker()
+
+    async def session(client: Client) -> None:
+        doc = await call(client, "submit", name="pt.ask", args=["ship it?"], labels={"a": "b"})
+        assert doc["kind"] == "function" and doc["status"] == "pending"
+        waited = await call(client, "wait", job_id=doc["id"], timeout=60)
+        assert waited["reason"] == "paused" and waited["question"] == "ship it?"
+        assert waited["job"]["status"] == "paused"
+        resumed = await call(client, "resume", job_id=doc["id"], answer={"go": True})
+        assert resumed["status"] == "pending"
+        done = await call(client, "wait", job_id=doc["id"], timeout=60)
+        assert done["reason"] == "succeeded"
+        assert done["job"]["result"] == {"answer": {"go": True}}
+        assert "not paused" in (await refused(client, "resume", job_id=doc["id"], answer=1))
+
+    _drive(harness, session, "--import", JOBS)
+    assert harness.get(harness.store.list(limit=1)[0].id).status == Status.SUCCEEDED
+
+
+def test_bad_input_gets_error_results_and_the_server_goes_on(tmp_path: Path) -> None:
+    harness = Harness(tmp_path)
+    try:
+
+        async def session(client: Client) -> None:
+            off = await refused(client, "run_command", argv=["true"])
+            assert "--allow-commands" in off
+            assert "invalid job id" in await refused(client, "status", job_id="../../etc/passwd")
+            assert "no job" in (await refused(client, "status", job_id="nosuchjob")).lower()
+            assert "nosuch" in await refused(client, "submit", name="nosuch.job")
+            assert await refused(client, "list_jobs", limit=0)  # the schema's bound
+            assert await refused(client, "list_jobs", status="bogus")
+            assert await refused(client, "list_jobs", before="nosuchjob")
+            assert await refused(client, "wait", job_id="x", timeout=-1)
+            assert await refused(client, "logs", job_id="nosuchjob")
+            assert await refused(client, "retry", job_ids=[])
+            assert await refused(client, "submit", name="pt.noop", args=[1, 2, 3, 4])
+            with pytest.raises(Exception, match=r"(?i)job"):
+                await client.read_resource("outlast://jobs/nosuchjob")
+            page = await call(client, "list_jobs")  # still serving
+            assert page == {"jobs": [], "next": None}
+
+        _drive(harness, session, "--import", JOBS)
+        assert harness.store.list(limit=None) == [], "a refused call left a job behind"
+    finally:
+        harness.close()
