@@ -18,3 +18,16 @@ async def asleep(seconds: float = 0.0) -> float:
 
         await asyncio.sleep(seconds)
     return seconds
+
+
+@outlast.job(name="bench.ask", attempts=1)
+def ask(mark: str) -> object:
+    """Pause for a person, noting the wall-clock time just before (the agents benchmark)."""
+    import time
+
+    ctx = outlast.current()
+    if ctx.answer is not None:
+        return ctx.answer
+    with open(mark, "w") as out:
+        out.write(repr(time.time()))
+    raise outlast.Pause("go on?")

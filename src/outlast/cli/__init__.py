@@ -7,7 +7,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["status"]:
+    if "status" in args[:4]:  # the verb, maybe after --json / --store URL
         from outlast.cli.fast import status
 
         code = status(args)

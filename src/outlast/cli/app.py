@@ -9,6 +9,7 @@ that fails (unreachable, corrupt) exits 5.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from datetime import timedelta
@@ -210,6 +211,9 @@ class Command(click.Command):
     def invoke(self, ctx: click.Context) -> Any:
         if ctx.meta.get(_GLOBAL_JSON) and not any(p.name == "as_json" for p in self.params):
             raise click.UsageError(f"{ctx.command_path} prints no JSON: drop --json")
+        _QUICK[0] = (
+            ctx.parent is not None and ctx.parent.parent is None and (self.name in QUICK_EXIT)
+        )
         return super().invoke(ctx)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -226,32 +230,56 @@ class Cli(click.Group):
     command_class = Command
     group_class = type  # `schedule` and `group` are made like this one
 
+    #: Set by :func:`run_cli` (the real command line, not a test's runner): a verb of
+    #: :data:`QUICK_EXIT` then ends the process at once once its output is flushed.
+    quick_exit = False
+
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
         try:
             code = super().main(*args, **kwargs)
+        except SystemExit as exc:  # a verb's own exit code (wait, watch)
+            self._leave(exc.code if isinstance(exc.code, int) else EXIT_USAGE)
         except click.exceptions.Exit as exc:
-            sys.exit(exc.exit_code)
+            self._leave(exc.exit_code)
         except click.Abort:
             click.echo("outlast: aborted", err=True)
-            sys.exit(130)
+            self._leave(130)
         except click.UsageError as exc:
             click.echo(f"outlast: error: {exc.format_message()}", err=True)
-            sys.exit(EXIT_USAGE)
+            self._leave(EXIT_USAGE)
         except click.ClickException as exc:
             click.echo(f"outlast: error: {exc.format_message()}", err=True)
-            sys.exit(exc.exit_code)
+            self._leave(exc.exit_code)
         except (StoreError, CorruptJob) as exc:
             click.echo(f"outlast: error: {_one_line(str(exc))}", err=True)
-            sys.exit(EXIT_STORE)
+            self._leave(EXIT_STORE)
         except OutlastError as exc:
             click.echo(f"outlast: error: {_one_line(str(exc))}", err=True)
-            sys.exit(EXIT_USAGE)
+            self._leave(EXIT_USAGE)
         except KeyboardInterrupt:
-            sys.exit(130)
+            self._leave(130)
         except BrokenPipeError:
-            sys.exit(0)
-        sys.exit(code if isinstance(code, int) else 0)
+            self._leave(0)
+        self._leave(code if isinstance(code, int) else 0)
+
+    def _leave(self, code: int) -> None:
+        if self.quick_exit and _QUICK[0]:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+            os._exit(code)
+        sys.exit(code)
+
+
+#: Verbs that only read the store and print: once their output is flushed (and the store
+#: closed, by their ``with``), the process ends at once instead of tearing the interpreter
+#: down, which costs 15-60 ms (psycopg's modules the most) that a script or an agent calling
+#: them in a loop would wait for (BENCHMARKS.md, issue #17).
+QUICK_EXIT = frozenset({"status", "ls", "wait", "logs", "watch", "stats", "workers", "queues"})
+_QUICK = [False]  # the verb being run is one of QUICK_EXIT
 
 
 @click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
@@ -1385,4 +1413,5 @@ def scheduler(imports: tuple[str, ...], store_url: str | None) -> None:
 
 def run_cli(argv: list[str]) -> None:
     """Run the click CLI on ``argv``; exits the process (``Cli.main`` maps every error)."""
+    cli.quick_exit = True
     cli.main(args=argv, prog_name="outlast")

@@ -32,9 +32,17 @@ def _inotify() -> Any:
     """inotify_simple's module, or None where inotify is unavailable (imported on first use:
     ctypes is too heavy for the CLI's fast path)."""
     try:
+        import ctypes
+
         import inotify_simple
     except (ImportError, OSError):  # pragma: no cover - not Linux
         return None
+    if getattr(inotify_simple, "_libc", None) is None:
+        # inotify_simple finds libc with ctypes.util.find_library("c"), which runs
+        # `ldconfig -p` in a subprocess: about 200 ms of every process's first listener (a
+        # CLI `wait`, a pool's start). The process's own symbols hold libc's inotify calls.
+        with contextlib.suppress(OSError, AttributeError):
+            inotify_simple._libc = ctypes.CDLL(None, use_errno=True)
     return inotify_simple
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from mcp import Client
 from outlast.model import Status
 from tests.pool.conftest import JOBS, Harness
 from tests.waiting import alive, until
