@@ -15,4 +15,4 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(code)
     from outlast.cli.app import run_cli
 
-    run_cli(args)
+    run_cli(args, quick_exit=argv is None)

@@ -1411,7 +1411,9 @@ def scheduler(imports: tuple[str, ...], store_url: str | None) -> None:
     run_maintainer(store_url, list(imports))
 
 
-def run_cli(argv: list[str]) -> None:
-    """Run the click CLI on ``argv``; exits the process (``Cli.main`` maps every error)."""
-    cli.quick_exit = True
+def run_cli(argv: list[str], quick_exit: bool = False) -> None:
+    """Run the click CLI on ``argv``; exits the process (``Cli.main`` maps every error).
+    ``quick_exit`` (the console script): a read-only verb ends the process with
+    ``os._exit`` once its output is flushed, rather than raising ``SystemExit``."""
+    cli.quick_exit = quick_exit
     cli.main(args=argv, prog_name="outlast")
