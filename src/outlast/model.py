@@ -225,24 +225,35 @@ class Call:
     args: list[Any] = field(default_factory=lambda: EMPTY_LIST)
     #: Keyword JSON arguments.
     kwargs: dict[str, Any] = field(default_factory=lambda: EMPTY_DICT)
+    #: The folder that holds the module's top package, as the creating process found it
+    #: (None: unknown, or an installed module). A worker that cannot import the module from
+    #: its own path searches there last: a dedicated worker restarted by a resume or a
+    #: reconcile started from another folder still finds ``--import jobs/tasks.py``.
+    path: str | None = None
 
     def __post_init__(self) -> None:
         _SET(self, "args", freeze(self.args))
         _SET(self, "kwargs", freeze(self.kwargs))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"module": self.module, "args": thaw(self.args), "kwargs": thaw(self.kwargs)}
+        out = {"module": self.module, "args": thaw(self.args), "kwargs": thaw(self.kwargs)}
+        if self.path is not None:
+            out["path"] = self.path
+        return out
 
     @classmethod
     def from_dict(cls, data: object) -> Call:
         if not isinstance(data, dict):
             raise CorruptJob("call must be an object or null")
         module, args, kwargs = data.get("module"), data.get("args", []), data.get("kwargs", {})
+        path = data.get("path")
         if not isinstance(module, str):
             raise CorruptJob("call.module must be a string")
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             raise CorruptJob("call.args must be a list and call.kwargs an object")
-        return cls(module, args, kwargs)
+        if path is not None and not isinstance(path, str):
+            raise CorruptJob("call.path must be a string or null")
+        return cls(module, args, kwargs, path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,3 +126,38 @@ def test_a_failed_import_says_which_where_and_what_to_try(pool: Harness, tmp_pat
     assert "searched" not in needs.stderr  # the module was found; what it imports was not
     nofile = _cli(pool, tmp_path, "worker", "--burst", "--import", "no/such/file.py")
     assert nofile.stderr.strip() == "outlast: error: cannot import 'no/such/file.py': no such file"
+
+
+ASKING = """
+import outlast
+
+@outlast.job(name="here.ask", attempts=1)
+def ask():
+    ctx = outlast.current()
+    if ctx.answer is None:
+        raise outlast.Pause("go on?")
+    return {"answer": ctx.answer}
+"""
+
+
+def test_a_spawned_job_restarted_from_another_folder_finds_its_module(
+    pool: Harness, tmp_path: Path
+) -> None:
+    """A resume (or a reconcile) started anywhere restarts the job's dedicated worker with
+    the caller's path: the folder the job's module was found in is on the job (call.path)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "approval.py").write_text(ASKING)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    spawned = _cli(pool, project, "spawn", "here.ask", "--import", "approval", "--json")
+    assert spawned.returncode == 0, spawned.stderr
+    doc = json.loads(spawned.stdout)
+    assert doc["call"]["path"] == str(project)
+    pool.wait_for(doc["id"], {Status.PAUSED}, 60, "the job to pause")
+    resumed = _cli(pool, elsewhere, "resume", doc["id"], "--answer", '"yes"')
+    assert resumed.returncode == 0, resumed.stderr
+    state = pool.wait_for(doc["id"], timeout=60)
+    assert (state.status, state.result) == (Status.SUCCEEDED, {"answer": "yes"}), state
+    # a module of this repository (not installed) records its folder too
+    assert pool.get(pool.submit("pt.noop", 1)).call.path == str(Path(__file__).parents[2])

@@ -173,6 +173,9 @@ class CallDoc(BaseModel):
     module: str
     args: list[Any]
     kwargs: dict[str, Any]
+    path: str | None = Field(
+        default=None, description="the folder of the module's top package, if not installed"
+    )
 
 
 class StageDoc(BaseModel):

@@ -374,7 +374,7 @@ def create_job(
         queue=spec.queue if queue is None else queue,
         payload=dict(payload or {}),
         max_attempts=attempts or spec.attempts or config.max_retries(),
-        call=Call(spec.module, args, kwargs),
+        call=Call(spec.module, args, kwargs, registry.module_root(spec.module)),
         timeout=spec.timeout if timeout is None else timeout,
         pipeline=pipeline,
         run_after=run_after,

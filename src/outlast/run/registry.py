@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -120,13 +121,45 @@ def lookup(name: str) -> JobSpec:
 
 
 def resolve(state: JobState) -> JobSpec:
-    """The function of a stored job, importing the module that registered it if need be."""
+    """The function of a stored job, importing the module that registered it if need be
+    (from this process's path, else from the folder its creator found it in)."""
     spec = _REGISTRY.get(state.name)
     if spec is None and state.call is not None:
         module = state.call.module
         if module and module != "__main__":
+            folder = state.call.path
+            if (
+                folder
+                and folder not in sys.path
+                and importlib.util.find_spec(module.partition(".")[0]) is None
+            ):
+                sys.path.append(folder)
             importlib.import_module(module)
     return lookup(state.name)
+
+
+def module_root(module: str) -> str | None:
+    """The folder that holds ``module``'s top package as this process imported it, or None
+    (not imported, no file, or under an installed prefix, where every process finds it)."""
+    found = sys.modules.get(module)
+    where = getattr(found, "__file__", None)
+    if not isinstance(where, str) or module == "__main__":
+        return None
+    root = os.path.dirname(os.path.abspath(where))
+    if os.path.basename(where).startswith("__init__."):
+        root = os.path.dirname(root)
+    for _ in range(module.count(".")):
+        root = os.path.dirname(root)
+    if any(os.path.join(root, "").startswith(prefix) for prefix in _INSTALLED):
+        return None
+    return root
+
+
+#: Where installed modules live: a module found there needs no folder recorded.
+_INSTALLED = tuple(
+    {os.path.join(p, "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    | {os.path.join(p, "") for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
+)
 
 
 def import_modules(modules: list[str]) -> list[str]:
