@@ -175,7 +175,7 @@ def add_job(
     template = cron.template(
         job.kind,
         job.name,
-        call=Call(job.module, list(args), dict(kwargs or {})),
+        call=Call(job.module, list(args), dict(kwargs or {}), registry.module_root(job.module)),
         payload=payload,
         labels=labels,
         queue=job.queue if queue is None else queue,
