@@ -130,10 +130,23 @@ class Pool:
 
     def _start_processes(self, n: int) -> list[Slot]:
         """Start ``n`` job processes side by side, then wait until each is ready."""
+        return self._await_ready(self._spawn_many(n))
+
+    def _spawn_many(self, n: int) -> list[tuple[JobProcess, Connection]]:
+        """Start ``n`` job processes without waiting for them (see :meth:`_await_ready`)."""
         started: list[tuple[JobProcess, Connection]] = []
         try:
             for _ in range(n):
                 started.append(self._spawn())
+        except BaseException:
+            self._abandon(started)
+            raise
+        return started
+
+    def _await_ready(self, started: list[tuple[JobProcess, Connection]]) -> list[Slot]:
+        """Wait until each started job process says it is ready; kill them all if one
+        does not."""
+        try:
             for _process, conn in started:
                 try:
                     ready = conn.poll(60) and conn.recv() == "ready"
@@ -142,12 +155,16 @@ class Pool:
                 if not ready:
                     raise OutlastError("a job process did not start (see the messages above)")
         except BaseException:
-            for process, conn in started:
-                process.kill()
-                process.reap(5)
-                conn.close()
+            self._abandon(started)
             raise
         return [Slot(process, conn) for process, conn in started]
+
+    @staticmethod
+    def _abandon(started: list[tuple[JobProcess, Connection]]) -> None:
+        for process, conn in started:
+            process.kill()
+            process.reap(5)
+            conn.close()
 
     def _spawn(self) -> tuple[JobProcess, Connection]:
         # the pool's liveness, shared: its jobs look abandoned only once this process is
@@ -446,22 +463,30 @@ class Pool:
 
         Returns the number of attempts processed.
         """
-        self.slots = self._start_processes(self.concurrency)
-        # in the registry before the maintainer starts (whose first look sees it)
-        with present(self.store, "pool", queues=self.queues, concurrency=self.concurrency):
-            if self.maintainer is not None:
-                self.maintainer.start()
-                if self.burst:  # jobs of dead workers first: a burst run may end before a sweep
-                    self.maintainer.ready.wait(10.0)
-            try:
-                listener = procs.patiently(lambda: self.store.listen(None, queue=True))
-                with listener:
-                    procs.sd_notify("READY=1")  # under systemd (Type=notify): it works now
-                    self._loop(listener)
-            finally:
+        # The job processes boot (import, open the store) while this process registers,
+        # starts its maintainer and opens its listener: start-up costs the longer of the
+        # two, not their sum (BENCHMARKS.md, issue #18).
+        booting = self._spawn_many(self.concurrency)
+        try:
+            # in the registry before the maintainer starts (whose first look sees it)
+            with present(self.store, "pool", queues=self.queues, concurrency=self.concurrency):
                 if self.maintainer is not None:
-                    self.maintainer.stop()
-                self._shutdown()
+                    self.maintainer.start()
+                try:
+                    listener = procs.patiently(lambda: self.store.listen(None, queue=True))
+                    with listener:
+                        self.slots, booting = self._await_ready(booting), []
+                        if self.maintainer is not None and self.burst:
+                            # jobs of dead workers first: a burst run may end before a sweep
+                            self.maintainer.ready.wait(10.0)
+                        procs.sd_notify("READY=1")  # under systemd (Type=notify): it works now
+                        self._loop(listener)
+                finally:
+                    if self.maintainer is not None:
+                        self.maintainer.stop()
+                    self._shutdown()
+        finally:
+            self._abandon(booting)  # a failure before they were ready
         return self.processed
 
     def _loop(self, listener: Listener) -> None:
