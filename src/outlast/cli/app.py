@@ -1039,12 +1039,19 @@ def worker(
         raise click.BadParameter(f"must be >= 1, not {concurrency}", param_hint="--concurrency")
     for queue in queues:
         _queue_name(queue)
+    args = (store_url, concurrency, list(queues) or None, list(imports), burst, grace)
     if use_async:
-        from outlast.run.apool import serve_async as serve
-    else:
-        from outlast.run.pool import serve_forever as serve
+        from outlast.run.apool import serve_async
 
-    processed = serve(store_url, concurrency, list(queues) or None, list(imports), burst, grace)
+        processed = serve_async(*args)
+    else:
+        from outlast import boot
+
+        # the job processes boot while this one imports the pool and opens the store
+        booted = boot.spawn_many(concurrency, store_url, list(imports))
+        from outlast.run.pool import serve_forever
+
+        processed = serve_forever(*args, booted=booted)
     click.echo(f"outlast worker: {processed} job(s) processed", err=True)
 
 

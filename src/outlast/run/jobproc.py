@@ -1,12 +1,13 @@
 """A pool's job process: runs the jobs its pool sends, one at a time, until told to stop.
 
-Started by the pool as ``python -m outlast.run.jobproc FD STORE_URL JOURNAL [MODULE…]`` (not
-through multiprocessing, which would re-import the user's ``__main__``). ``FD`` is its end of a
-socket pair carrying ``(job_id, attempt, document, acked)`` in and the attempt's outcome back
-out; the pool writes it. The document is the job as claimed, so a job starts without reading
-the store. ``JOURNAL`` is JSON: the pool's name, its token, and the descriptor of its liveness
-lock (see :meth:`outlast.store.Store.liveness_fd`), inherited so that the pool's jobs stay
-alive while this process lives (or null).
+Started by the pool (:mod:`outlast.boot`) as ``python -m outlast.run.jobproc FD STORE_URL
+[MODULE…]`` (not through multiprocessing, which would re-import the user's ``__main__``), often
+before the pool has opened its store. ``FD`` is its end of a socket pair: once booted it reads
+the pool's introduction there (the pool's name and token, and the descriptor of its liveness
+lock, see :meth:`outlast.store.Store.liveness_fd`, held so that the pool's jobs stay alive
+while this process lives), says ``"ready"``, then takes ``(job_id, attempt, document, acked)``
+in and sends the attempt's outcome back. The document is the job as claimed, so a job starts
+without reading the store.
 
 Around the call the process journals the attempt's start and its outcome (``JOURNAL`` names the
 pool and its token; see :mod:`outlast.store.journal`), so a pool killed at any moment neither
@@ -20,7 +21,6 @@ handle; SIGUSR1 tells the running job that it was canceled.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -46,22 +46,27 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     conn = Connection(int(argv[0]))
-    from outlast import codec
-    from outlast.errors import CorruptJob
+    from outlast import boot, codec
+    from outlast.errors import CorruptJob, OutlastError
     from outlast.run import context, registry
     from outlast.run.capture import Capture
     from outlast.run.execute import run_attempt
     from outlast.run.procs import patiently
     from outlast.store import open_store
 
-    pool, token, alive = json.loads(argv[2])
+    context.install_cancel_handler()
+    registry.inherit_sys_path()
+    try:
+        registry.import_modules(argv[2:])
+        store = patiently(lambda: open_store(argv[1] or None))
+        pool, token, alive = boot.introduced(conn.fileno())
+    except (OutlastError, EOFError, OSError, ValueError, KeyError) as exc:
+        with contextlib.suppress(OSError):  # the pool says it, once
+            conn.send(("error", str(exc)))
+        return 1
     if alive is not None:  # the pool's liveness lock: ours, not our children's
         os.set_inheritable(alive, False)
         os.register_at_fork(after_in_child=partial(_close, alive))
-    context.install_cancel_handler()
-    registry.inherit_sys_path()
-    registry.import_modules(argv[3:])
-    store = patiently(lambda: open_store(argv[1]))
     journal = store.journal(pool, f"{token}+{os.getpid()}")
     capture = Capture()  # each job's output goes to its log
     try:

@@ -40,20 +40,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import logging
 import os
 import secrets
 import select
 import signal
-import socket
-import subprocess
-import sys
 import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from outlast import codec, config
+from outlast import boot, codec, config
 from outlast.errors import InvalidInput, JobNotFound, OutlastError, StoreError
 from outlast.ids import check_queue
 from outlast.machine import Outcome
@@ -89,9 +85,11 @@ class Pool:
         burst: bool = False,
         grace: float = 30.0,
         maintain: bool = True,
+        booted: list[boot.Booting] | None = None,
     ) -> None:
         """``maintain``: take part in the election of the store's maintainer (a pool that
-        wins reconciles the jobs of dead workers for everyone)."""
+        wins reconciles the jobs of dead workers for everyone). ``booted``: job processes
+        started for this pool before it (:func:`outlast.run.boot.spawn_many`), used first."""
         if not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidInput(f"concurrency must be a whole number >= 1, not {concurrency!r}")
         for queue in queues or []:
@@ -102,6 +100,7 @@ class Pool:
         self.maintainer = Maintainer(store) if maintain else None
         self.poll_min, self.poll_max = config.poll_bounds()
         self.slots: list[Slot] = []
+        self.booted = booted if booted is not None else []  # the caller's: leftovers killed
         self.backlog: collections.deque[Task] = collections.deque()
         self.stopping = False
         self.processed = 0
@@ -133,10 +132,13 @@ class Pool:
         return self._await_ready(self._spawn_many(n))
 
     def _spawn_many(self, n: int) -> list[tuple[JobProcess, Connection]]:
-        """Start ``n`` job processes without waiting for them (see :meth:`_await_ready`)."""
+        """Start ``n`` job processes without waiting for them (see :meth:`_await_ready`);
+        those booted before the pool (:attr:`booted`) first."""
         started: list[tuple[JobProcess, Connection]] = []
         try:
-            for _ in range(n):
+            while self.booted and len(started) < n:
+                started.append(self._adopt(self.booted.pop(0)))
+            while len(started) < n:
                 started.append(self._spawn())
         except BaseException:
             self._abandon(started)
@@ -149,11 +151,16 @@ class Pool:
         try:
             for _process, conn in started:
                 try:
-                    ready = conn.poll(60) and conn.recv() == "ready"
+                    said = conn.recv() if conn.poll(60) else None
                 except (EOFError, OSError):
-                    ready = False
-                if not ready:
-                    raise OutlastError("a job process did not start (see the messages above)")
+                    said = None
+                if said != "ready":
+                    why = said[1] if isinstance(said, tuple) and len(said) == 2 else None
+                    raise OutlastError(
+                        f"a job process did not start: {why}"
+                        if why
+                        else "a job process did not start (see the messages above)"
+                    )
         except BaseException:
             self._abandon(started)
             raise
@@ -167,35 +174,20 @@ class Pool:
             conn.close()
 
     def _spawn(self) -> tuple[JobProcess, Connection]:
-        # the pool's liveness, shared: its jobs look abandoned only once this process is
-        # dead too (so its journal is complete when they are reconciled)
-        alive = self.store.liveness_fd()
-        ours, theirs = socket.socketpair()
-        env = dict(os.environ, OUTLAST_SYS_PATH=json.dumps(sys.path))
-        env["OUTLAST_POOL_PID"] = str(os.getpid())
-        journal = json.dumps([worker_name(), self.token, alive])
-        argv = [sys.executable, "-m", "outlast.run.jobproc", str(theirs.fileno()), self.store.url]
-        argv.append(journal)
+        return self._adopt(boot.spawn(self.store.url, self.imports))
+
+    def _adopt(self, booting: boot.Booting) -> tuple[JobProcess, Connection]:
+        """Introduce a started job process to this pool: its journal's names, and the
+        pool's liveness, shared (its jobs look abandoned only once this process is dead too,
+        so its journal is complete when they are reconciled)."""
         try:
-            popen = subprocess.Popen(
-                [*argv, *self.imports],
-                pass_fds=[theirs.fileno(), *([] if alive is None else [alive])],
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
+            process = JobProcess(booting.popen)  # a pidfd: can fail when out of descriptors
         except BaseException:
-            ours.close()
+            booting.kill()
             raise
-        finally:
-            theirs.close()
-        try:
-            process = JobProcess(popen)  # a pidfd: can fail when out of descriptors
-        except BaseException:
-            popen.kill()
-            popen.wait()
-            ours.close()
-            raise
-        return process, Connection(ours.detach())
+        with contextlib.suppress(OSError):  # it died booting: _await_ready says so
+            boot.introduce(booting.sock, worker_name(), self.token, self.store.liveness_fd())
+        return process, Connection(booting.sock.detach())
 
     def _slot_journal(self, slot: Slot) -> Journal:
         return self.store.journal(worker_name(), f"{self.token}+{slot.process.pid}")
@@ -621,14 +613,21 @@ def serve_forever(
     imports: list[str],
     burst: bool,
     grace: float,
+    booted: list[boot.Booting] | None = None,
 ) -> int:
-    """Run a pool with signal handling; returns the number of attempts processed."""
-    with pool_store(url, imports) as store:
-        pool = Pool(store, concurrency, queues, imports, burst, grace)
+    """Run a pool with signal handling; returns the number of attempts processed.
+    ``booted``: job processes started for it already (killed if it does not use them)."""
+    booted = booted if booted is not None else []
+    try:
+        with pool_store(url, imports) as store:
+            pool = Pool(store, concurrency, queues, imports, burst, grace, booted=booted)
 
-        def on_signal(signum: int, frame: Any) -> None:
-            pool.stop()
+            def on_signal(signum: int, frame: Any) -> None:
+                pool.stop()
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        return pool.run()
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
+            return pool.run()
+    finally:
+        for unused in booted:
+            unused.kill()
