@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         submit,
         use_store,
     )
+    from outlast.run.bulk import submit_many
     from outlast.run.context import JobContext, current
     from outlast.run.registry import JobSpec
     from outlast.store import Reporter, Store, Task, open_store
@@ -66,6 +67,7 @@ _LAZY = {
     "outlast.store": "Reporter Store Task open_store",
     "outlast.run.registry": "JobSpec",
     "outlast.run.api": "Job Options aspawn asubmit job run_command schedule spawn submit use_store",
+    "outlast.run.bulk": "submit_many",
     "outlast.run.context": "JobContext current",
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
@@ -133,5 +135,6 @@ __all__ = [
     "schedule",
     "spawn",
     "submit",
+    "submit_many",
     "use_store",
 ]

@@ -351,7 +351,45 @@ def create_job(
     inserted in; it exists only if that transaction commits. ``limit_key``, ``limit``: a
     concurrency key for this call (default: the job's template, formatted with the call).
     """
-    spec = _spec(job)
+    fields = job_fields(
+        _spec(job),
+        args,
+        kwargs,
+        queue=queue,
+        labels=labels,
+        payload=payload,
+        run_after=run_after,
+        timeout=timeout,
+        keep=keep,
+        attempts=attempts,
+        priority=priority,
+        unique_key=unique_key,
+        limit_key=limit_key,
+        limit=limit,
+    )
+    return store.create(on_conflict=on_conflict, connection=connection, **fields)
+
+
+def job_fields(
+    spec: JobSpec,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    queue: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    payload: Mapping[str, Any] | None = None,
+    run_after: datetime | None = None,
+    timeout: float | None = None,
+    keep: float | None = None,
+    attempts: int | None = None,
+    priority: int | None = None,
+    unique_key: str | None = None,
+    limit_key: str | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """What :meth:`Store.create` is given for a call of ``spec`` (see :func:`create_job`):
+    the call checked against the function's signature, the job's own options where the
+    call gives none."""
     args, kwargs = list(args), dict(kwargs or {})  # checked (JSON) and frozen by the store
     if payload is not None and not isinstance(payload, Mapping):
         raise InvalidInput(f"a payload must be a JSON object, not {type(payload).__name__}")
@@ -367,28 +405,26 @@ def create_job(
         pipeline = PipelineState(cleanup=spec.cleanup)
     else:  # refused now, not after attempts and backoff in a worker
         registry.bind(spec, args, kwargs)
-    return store.create(
-        kind=spec.kind,
-        name=spec.name,
-        labels=labels,
-        queue=spec.queue if queue is None else queue,
-        payload=dict(payload or {}),
-        max_attempts=attempts or spec.attempts or config.max_retries(),
-        call=Call(spec.module, args, kwargs, registry.module_root(spec.module)),
-        timeout=spec.timeout if timeout is None else timeout,
-        pipeline=pipeline,
-        run_after=run_after,
-        keep=keep,
-        priority=spec.priority if priority is None else priority,
-        unique_key=unique_key,
-        on_conflict=on_conflict,
-        connection=connection,
-        limit_key=limit_key
+    return {
+        "kind": spec.kind,
+        "name": spec.name,
+        "labels": labels,
+        "queue": spec.queue if queue is None else queue,
+        "payload": dict(payload or {}),
+        "max_attempts": attempts or spec.attempts or config.max_retries(),
+        "call": Call(spec.module, args, kwargs, registry.module_root(spec.module)),
+        "timeout": spec.timeout if timeout is None else timeout,
+        "pipeline": pipeline,
+        "run_after": run_after,
+        "keep": keep,
+        "priority": spec.priority if priority is None else priority,
+        "unique_key": unique_key,
+        "limit_key": limit_key
         if limit_key is not None
         else registry.limit_key_of(spec, args, kwargs, payload),
-        limit=limit if limit is not None else spec.limit,
-        trace=tracing.current_traceparent(),
-    )
+        "limit": limit if limit is not None else spec.limit,
+        "trace": tracing.current_traceparent(),
+    }
 
 
 def _split(spec: JobSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -140,10 +140,16 @@ def resolve(state: JobState) -> JobSpec:
 
 def module_root(module: str) -> str | None:
     """The folder that holds ``module``'s top package as this process imported it, or None
-    (not imported, no file, or under an installed prefix, where every process finds it)."""
+    (not imported, no file, or under an installed prefix, where every process finds it).
+    Worked out once per module and file."""
     found = sys.modules.get(module)
     where = getattr(found, "__file__", None)
-    if not isinstance(where, str) or module == "__main__":
+    return _module_root(module, where) if isinstance(where, str) else None
+
+
+@functools.lru_cache(maxsize=256)
+def _module_root(module: str, where: str) -> str | None:
+    if module == "__main__":
         return None
     root = os.path.dirname(os.path.abspath(where))
     if os.path.basename(where).startswith("__init__."):

@@ -233,6 +233,35 @@ class Store(abc.ABC):
         task.existing = True
         return task
 
+    #: Jobs :meth:`create_many` inserts per transaction.
+    CREATE_BATCH = 1000
+
+    def create_many(self, jobs: Sequence[Mapping[str, Any]]) -> builtins.list[Task]:
+        """Record many pending jobs, each given as :meth:`create`'s keyword arguments (no
+        ``connection``; ``on_conflict`` is ``"return"``: a job whose unique key a live job
+        holds gets that job's handle, ``existing`` set; two jobs of one call may not hold
+        the same key). Every job is checked before anything is written; then they are
+        inserted in order, :attr:`CREATE_BATCH` per transaction on the SQL stores, and the
+        waiters of their queues are woken. Returns their handles, in order."""
+        now = utcnow()
+        states = []
+        for fields in jobs:
+            if "connection" in fields or fields.get("on_conflict", "return") != "return":
+                raise InvalidInput("create_many takes neither connection nor on_conflict")
+            given = {k: v for k, v in fields.items() if k != "on_conflict"}
+            states.append(machine.new_job(**given, now=now))
+        keys = [s.unique_key for s in states if s.unique_key is not None]
+        if len(keys) != len(set(keys)):
+            raise InvalidInput("two jobs of one create_many call hold the same unique key")
+        tasks: builtins.list[Task] = []
+        for start in range(0, len(states), self.CREATE_BATCH):
+            batch = states[start : start + self.CREATE_BATCH]
+            for state, holder in zip(batch, self._insert_many(batch), strict=True):
+                task = Task(self, state.id if holder is None else holder.id)
+                task.existing = holder is not None
+                tasks.append(task)
+        return tasks
+
     def retry(self, job_ids: builtins.list[str]) -> builtins.list[JobState]:
         """A new pending job for each finished job of ``job_ids``, with its definition (what
         to run, labels, queue, options), linked by ``retry_of``; the finished jobs stay as

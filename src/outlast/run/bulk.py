@@ -1,0 +1,142 @@
+"""Queueing many jobs at once: ``outlast.submit_many``, ``outlast submit --from-file`` and
+``POST /jobs:batch`` share this.
+
+Every job is checked (its call against the function's signature, its options) before any is
+written; then they are inserted in batches of :attr:`Store.CREATE_BATCH`, one transaction
+each on the SQL stores. A job that cannot be made is an error naming it (``job 3: …``), and
+nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from outlast import when
+from outlast.errors import InvalidInput, OutlastError
+from outlast.model import Kind
+from outlast.run import registry
+from outlast.run.api import Options, _spec, default_store, job_fields
+from outlast.run.registry import JobSpec
+from outlast.store import Store, Task
+
+#: Jobs one call may queue at most (a file is read and checked whole before it is written).
+MANY_MAX = 1_000_000
+#: The keys a line of ``submit --from-file`` (or a job of ``POST /jobs:batch``) may have.
+LINE_KEYS = frozenset(
+    {"args", "kwargs", "payload", "queue", "labels", "priority", "delay", "timeout", "unique_key"}
+)
+
+
+def submit_many(
+    job: JobSpec | str | Any, calls: Iterable[Any], store: Store | None = None
+) -> list[Task]:
+    """Queue one job per item of ``calls`` for the pools; returns their tasks, in order.
+
+    An item is the call's positional arguments (a list or tuple) or its keyword arguments
+    (a dict); for a pipeline, its payload (a dict). ``job`` may carry options for every
+    job (``resize.options(queue="images")``). Much faster than ``submit`` in a loop: one
+    transaction per :attr:`Store.CREATE_BATCH` jobs (BENCHMARKS.md, issue #18)."""
+    spec, common = _spec_and_options(job)
+    made = []
+    for n, item in enumerate(calls):
+        if n >= MANY_MAX:
+            raise InvalidInput(f"submit_many queues at most {MANY_MAX:,} jobs a call")
+        made.append(_numbered(n, lambda item=item: _fields_of(spec, item, common)))
+    return (store or default_store()).create_many(made)
+
+
+def create_lines(store: Store, name: str, lines: Iterable[Mapping[str, Any]]) -> list[Task]:
+    """Queue one job of the registered ``name`` per line (a JSON object with the keys of
+    :data:`LINE_KEYS`, all optional; ``delay`` a duration or seconds); every line is
+    checked before any job is written."""
+    spec = registry.lookup(name)
+    made = []
+    for n, line in enumerate(lines):
+        if n >= MANY_MAX:
+            raise InvalidInput(f"one batch holds at most {MANY_MAX:,} jobs")
+        made.append(_numbered(n, lambda line=line: _fields_of_line(spec, line)))
+    if not made:
+        raise InvalidInput("no jobs given")
+    return store.create_many(made)
+
+
+def read_jsonl(text: str) -> list[dict[str, Any]]:
+    """The objects of a JSON Lines text (blank lines skipped); an error names the line."""
+    found = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise InvalidInput(f"line {number}: not JSON ({exc})") from None
+        if not isinstance(value, dict):
+            raise InvalidInput(f"line {number}: a JSON object, not {type(value).__name__}")
+        found.append(value)
+    return found
+
+
+def _numbered(n: int, make: Any) -> dict[str, Any]:
+    try:
+        fields: dict[str, Any] = make()
+    except OutlastError as exc:
+        raise InvalidInput(f"job {n + 1}: {exc}") from None
+    return fields
+
+
+def _spec_and_options(job: Any) -> tuple[JobSpec, dict[str, Any]]:
+    if isinstance(job, Options):
+        if job.connection is not None:
+            raise InvalidInput("submit_many inserts in its own transactions: no connection=")
+        if job.on_conflict != "return":
+            raise InvalidInput("submit_many returns the live holder of a unique key: no raise")
+        options = {"queue": job.queue, **job._fields()}
+        options.pop("on_conflict")
+        return job.spec, options
+    return _spec(job), {}
+
+
+def _fields_of(spec: JobSpec, item: Any, common: dict[str, Any]) -> dict[str, Any]:
+    if spec.kind == Kind.PIPELINE:
+        if not isinstance(item, Mapping):
+            raise InvalidInput(
+                f"a pipeline's call is its payload object, not {type(item).__name__}"
+            )
+        return job_fields(spec, payload=item, **common)
+    if isinstance(item, Mapping):
+        return job_fields(spec, (), item, **common)
+    if isinstance(item, Sequence) and not isinstance(item, str | bytes):
+        return job_fields(spec, item, None, **common)
+    raise InvalidInput(
+        f"a call is a list of arguments or a dict of keyword arguments, not {type(item).__name__}"
+    )
+
+
+def _fields_of_line(spec: JobSpec, line: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(line) - LINE_KEYS)
+    if unknown:
+        raise InvalidInput(f"unknown keys {unknown} (known: {sorted(LINE_KEYS)})")
+    args, kwargs, payload = line.get("args", []), line.get("kwargs", {}), line.get("payload")
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise InvalidInput("args is a list and kwargs an object")
+    labels = line.get("labels")
+    if labels is not None and not (
+        isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
+    ):
+        raise InvalidInput("labels is an object of strings")
+    run_after, _ = when.due_time(line.get("delay"), None)
+    timeout = line.get("timeout")
+    return job_fields(
+        spec,
+        args,
+        kwargs,
+        payload=payload,
+        queue=line.get("queue"),
+        labels=labels,
+        priority=line.get("priority"),
+        run_after=run_after,
+        timeout=None if timeout is None else when.parse_duration(timeout, "timeout"),
+        unique_key=line.get("unique_key"),
+    )
