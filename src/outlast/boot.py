@@ -96,3 +96,50 @@ def introduced(fd: int) -> tuple[str, str, int | None]:
         raise EOFError("the pool went away before it introduced itself")
     told = json.loads(data)
     return str(told["pool"]), str(told["token"]), (fds[0] if fds else None)
+
+
+#: Job processes started by :func:`early` for the ``outlast worker`` about to be parsed,
+#: with what they were started for: ``(url, imports, processes)``.
+EARLY: list[tuple[str | None, list[str], list[Booting]]] = []
+
+
+def early(argv: list[str]) -> None:
+    """For ``outlast worker …`` (a process pool), start its job processes before the command
+    line is parsed and the pool imported: the verb takes them if they fit what it parses
+    (:func:`take`), else kills them. Reads only ``-c/--concurrency N``, ``--import M``,
+    ``--store URL`` and the flags that take no value; anything else, and nothing starts."""
+    if argv[:1] != ["worker"]:
+        return
+    n, url, imports = 1, os.environ.get("OUTLAST_STORE") or None, []
+    rest = iter(argv[1:])
+    for arg in rest:
+        name, eq, value = arg.partition("=")
+        if name in ("-c", "--concurrency", "--import", "--store"):
+            value = value if eq else next(rest, "")
+            if name == "--import":
+                imports.append(value)
+            elif name == "--store":
+                url = value or None
+            elif value.isdigit() and 0 < int(value) <= 64:
+                n = int(value)
+            else:
+                return
+        elif name == "--grace":
+            if not eq:
+                next(rest, None)
+        elif arg != "--burst":
+            return  # --async, --queue, --help, anything else: the verb starts them
+    EARLY.append((url, imports, spawn_many(n, url, imports)))
+
+
+def take(n: int, url: str | None, imports: list[str]) -> list[Booting]:
+    """The job processes :func:`early` started, if they were started for this pool (the
+    same store and imports; at most ``n``); the others are killed."""
+    taken: list[Booting] = []
+    while EARLY:
+        for_url, for_imports, processes = EARLY.pop()
+        if for_url == url and for_imports == imports:
+            taken, processes = processes[:n], processes[n:]
+        for unused in processes:
+            unused.kill()
+    return taken

@@ -1048,7 +1048,8 @@ def worker(
         from outlast import boot
 
         # the job processes boot while this one imports the pool and opens the store
-        booted = boot.spawn_many(concurrency, store_url, list(imports))
+        booted = boot.take(concurrency, store_url, list(imports))
+        booted += boot.spawn_many(concurrency - len(booted), store_url, list(imports))
         from outlast.run.pool import serve_forever
 
         processed = serve_forever(*args, booted=booted)
