@@ -129,3 +129,24 @@ def _points_at(fd: str, path: Path) -> bool:
         return os.readlink(f"/proc/self/fd/{fd}") == str(path)
     except OSError:
         return False
+
+
+def test_the_package_ships_every_file_of_the_dashboard() -> None:
+    """pyproject's package-data globs cover each file under ``http/static`` (a glob does not
+    reach into folders: the vendored chart library, its license and version note are
+    listed on their own)."""
+    import tomllib
+
+    root = Path(outlast.__file__).parent
+    pyproject = root.parents[1] / "pyproject.toml"
+    if not pyproject.exists():
+        pytest.skip("outlast is not run from its checkout")
+    config = tomllib.loads(pyproject.read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["outlast"]
+    shipped = {p for pattern in patterns for p in root.glob(pattern) if p.is_file()}
+    static = {p for p in (root / "http" / "static").rglob("*") if p.is_file()}
+    assert static and static <= shipped, sorted(str(p) for p in static - shipped)
+    vendor = root / "http" / "static" / "vendor" / "uplot"
+    assert {p.name for p in vendor.iterdir()} >= {"uPlot.iife.min.js", "LICENSE", "VERSION"}
+    assert "1.6.32" in (vendor / "uPlot.iife.min.js").read_text()[:200]
+    assert "1.6.32" in (vendor / "VERSION").read_text()

@@ -33,6 +33,8 @@ ROUTES: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/jobs/{id}/log", {}),
     ("GET", "/jobs/{id}/events", {}),
     ("GET", "/events", {}),
+    ("GET", "/stats/timeline", {}),
+    ("GET", "/jobs?name=x&id_prefix=y", {}),
 ]
 WRONG: dict[str, dict[str, str | bytes]] = {
     "none": {},
@@ -101,6 +103,28 @@ def test_health_docs_and_the_dashboard_shell_stay_open(secured: Server) -> None:
             assert client.get(path).status_code == 200, path
         schema = client.get("/openapi.json").json()
         assert schema["paths"]["/jobs"]["get"]["security"] == [{"HTTPBearer": []}]
+
+
+def test_every_route_of_the_schema_wants_the_token(secured: Server) -> None:
+    """Whatever routes the app has (this list is not kept by hand): each one but the
+    public ones answers 401 without the token."""
+    public = {"/healthz", "/session"}
+    with httpx.Client(base_url=secured.url, timeout=10) as client:
+        schema = client.get("/openapi.json").json()
+        asked = 0
+        for path, methods in schema["paths"].items():
+            if path in public:
+                continue
+            for method in methods:
+                url = path.replace("{job_id}", "x1").replace("{name}", "x1")
+                url = url.replace("{action}", "retry")
+                status = _call(client, method.upper(), url, {}, json={})
+                assert status == 401, (method, path, status)
+                asked += 1
+        assert asked >= 20 and "/stats/timeline" in schema["paths"]
+        # the dashboard's files are public: the chart library too
+        for path in ("/static/chart.js", "/static/vendor/uplot/uPlot.iife.min.js"):
+            assert client.get(path).status_code == 200, path
 
 
 def test_serve_refuses_a_public_address_without_a_token(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,8 @@ then answers a paused job's question; afterwards the server's access log holds n
 takes the screenshots the README shows, ``dashboard.png`` (the list) and
 ``dashboard-job.png``, into the test's folder, or into ``$OUTLAST_SCREENSHOTS`` (what
 ``scripts/screenshots`` does to refresh ``docs/``): a test run leaves the checkout as it was.
+Other tests drive the schedules page, retry and bulk actions, a phone's screen, the list's
+search (name, id prefix, label) and its pages, and the last hour's chart.
 """
 
 from __future__ import annotations
@@ -346,3 +348,176 @@ def test_a_phone_a_missing_job_and_a_wrong_token(
     for button in ("#cancel", "#delete", "#retry"):
         assert page.locator(button).is_hidden(), button
     assert not problems, problems
+
+
+def test_search_by_name_id_prefix_and_label(
+    page: Any, shown: tuple[Server, Store, str], tmp_path: Path
+) -> None:
+    """The search box: a word finds names (any case), ``id:`` an id prefix, ``key=value`` a
+    label, all together; a bad term says what is wrong; a pasted id finds its job; the
+    search is in the address and survives a reload."""
+    secured, store, _ = shown
+    resize = [
+        store.create(kind="function", name="images.Resize", labels={"team": "media"}).id
+        for _ in range(3)
+    ]
+    mail = [
+        store.create(kind="function", name="mail.send", labels={"team": "growth"}).id
+        for _ in range(2)
+    ]
+    other = store.create(kind="command", command=["pg_dump", "shop"], labels={"team": "media"})
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("response", lambda response: _search_response(response, problems))
+    page.goto(f"{secured.url}/?token={TOKEN}")
+    page.locator(f'tr[data-id="{other.id}"]').wait_for()
+
+    def search(text: str, expected: list[str]) -> None:
+        page.locator("#search").fill(text)
+        page.locator("#search").press("Enter")
+        _rows_are(page, expected)
+
+    search("RESIZE", resize[::-1])
+    assert page.url.endswith("#/?q=RESIZE")
+    search("team=growth", mail[::-1])
+    search("team=media", [other.id, *resize[::-1]])
+    search("resize team=media", resize[::-1])
+    search(f"id:{mail[0][:16]}", [j for j in mail[::-1] if j.startswith(mail[0][:16])])
+    search(f"id:{resize[1]}", [resize[1]])
+    page.screenshot(path=str(shots(tmp_path) / "dashboard-search.png"))
+    # an id pasted as a bare word: no name holds it, so the id prefix is searched
+    search(mail[1], [mail[1]])
+    assert "whose id starts with it" in page.locator("#summary").inner_text()
+    # bad input: said under the box, and the list is left as it was
+    page.locator("#search").fill("id:a/b")
+    page.locator("#search").press("Enter")
+    error = page.locator("#search-error")
+    error.filter(has_text="no job id starts with 'a/b'").wait_for()
+    assert page.locator("#search").get_attribute("aria-invalid") == "true"
+    search("nosuchname", [])
+    assert page.locator("#search-error").is_hidden()
+    assert page.locator("#no-match").is_visible() and page.locator("#empty").is_hidden()
+    # the search lives in the address: a reload (or a shared link) keeps it
+    search("mail", mail[::-1])
+    page.reload()
+    _rows_are(page, mail[::-1])
+    assert page.locator("#search").input_value() == "mail"
+    # the job page's way back returns to the search
+    page.locator(f'tr[data-id="{mail[0]}"]').click()
+    page.locator("#job-status").filter(has_text="pending").wait_for()
+    page.get_by_role("link", name="All jobs").click()
+    _rows_are(page, mail[::-1])
+    # a job made now that matches shows up live; one that does not, does not
+    fresh = store.create(kind="function", name="mail.send").id
+    store.create(kind="function", name="images.Resize")
+    _rows_are(page, [fresh, *mail[::-1]])
+    assert not problems, problems
+
+
+def test_pages_of_the_list(page: Any, shown: tuple[Server, Store, str]) -> None:
+    """More jobs than a page: Older and Newer walk pages of 50 by their cursors (no job
+    twice, none left out), Newest goes back to the first; a job made meanwhile joins the
+    first page only."""
+    secured, store, _ = shown
+    made = [store.create(kind="function", name=f"batch.{i:03d}").id for i in range(123)]
+    newest = made[::-1]
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("response", lambda response: _response(response, problems))
+    page.goto(f"{secured.url}/?token={TOKEN}")
+    _rows_are(page, newest[:50])
+    assert page.locator("#page-label").inner_text() == "Page 1"
+    assert page.locator("#page-newer").is_disabled() and page.locator("#page-older").is_enabled()
+    page.locator("#page-older").click()
+    _rows_are(page, newest[50:100])
+    assert page.locator("#page-label").inner_text() == "Page 2"
+    late = store.create(kind="function", name="batch.late").id  # the newest page's, not this
+    page.locator("#page-older").click()
+    _rows_are(page, newest[100:])
+    assert page.locator("#page-label").inner_text() == "Page 3"
+    assert page.locator("#page-older").is_disabled()
+    page.locator("#page-newer").click()
+    _rows_are(page, newest[50:100])
+    page.locator("#page-first").click()
+    _rows_are(page, [late, *newest[:49]], prefix=True)
+    assert page.locator("#page-label").inner_text() == "Page 1"
+    # a status filter starts at its own first page
+    page.locator("#page-older").click()
+    page.locator("#page-label").filter(has_text="Page 2").wait_for()
+    page.locator(".chip", has_text="pending").click()
+    page.locator("#page-label").filter(has_text="Page 1").wait_for()
+    assert not problems, problems
+
+
+def test_the_chart_shows_the_last_hour(
+    page: Any, shown: tuple[Server, Store, str], tmp_path: Path
+) -> None:
+    """The "Last hour" card draws the store's timeline with uPlot: finished jobs per minute
+    by outcome and the wait before starting (median, 95th percentile); a job that ends is
+    drawn soon after."""
+    secured, store, _ = shown
+    for i in range(7):
+        task = store.create(kind="function", name="chart.job")
+        task.start()
+        if i < 5:
+            task.succeed(i)
+        else:
+            task.fail("boom", retry=False)
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("console", lambda msg: _console(msg, problems))
+    page.on("response", lambda response: _response(response, problems))
+    page.goto(f"{secured.url}/?token={TOKEN}")
+    card = page.locator("#activity[data-finished='7']")
+    card.wait_for()
+    for chart in ("#chart-throughput", "#chart-wait"):
+        assert page.locator(f"{chart} canvas").count() == 1, chart
+        box = page.locator(f"{chart} canvas").bounding_box()
+        assert box is not None and box["width"] > 200 and box["height"] > 100, box
+    drawn = page.evaluate(
+        """() => ({
+            times: CHART.plots.throughput.data[0].length,
+            succeeded: CHART.plots.throughput.data[1].reduce((a, b) => a + b, 0),
+            failed: CHART.plots.throughput.data[2].reduce((a, b) => a + b, 0),
+            waits: CHART.plots.wait.data[1].filter((v) => v !== null).length,
+            legend: document.querySelector('#chart-throughput .u-legend').textContent,
+        })"""
+    )
+    assert drawn["times"] == 60 and drawn["succeeded"] == 5 and drawn["failed"] == 2, drawn
+    assert drawn["waits"] >= 1 and "succeeded" in drawn["legend"], drawn
+    assert "7 finished (2 failed)" in page.locator("#activity-note").inner_text()
+    assert "7 in all" in (page.locator("#chart-throughput").get_attribute("aria-label") or "")
+    page.screenshot(path=str(shots(tmp_path) / "dashboard-chart.png"))
+    # live: a job that ends now is drawn without a reload
+    task = store.create(kind="function", name="chart.job")
+    task.start()
+    task.succeed(None)
+    page.locator("#activity[data-finished='8']").wait_for(timeout=10000)
+    assert not problems, problems
+
+
+def _rows_are(page: Any, expected: list[str], prefix: bool = False) -> None:
+    """Wait until the list shows exactly these job ids, in this order (``prefix``: its
+    first rows are these)."""
+    try:
+        page.wait_for_function(
+            """([ids, prefix]) => {
+                const shown = [...document.querySelectorAll('#jobs tr')].map((r) => r.dataset.id);
+                const head = prefix ? shown.slice(0, ids.length) : shown;
+                return JSON.stringify(head) === JSON.stringify(ids);
+            }""",
+            arg=[expected, prefix],
+            timeout=10000,
+        )
+    except Exception:
+        shown = page.evaluate(
+            "() => [...document.querySelectorAll('#jobs tr')].map((r) => r.dataset.id)"
+        )
+        raise AssertionError(f"rows {shown}, expected {expected}; {page.url}") from None
+
+
+def _search_response(response: Any, problems: list[str]) -> None:
+    # the one refusal asked for: the search with a bad id prefix
+    if response.status == 400 and "id_prefix=a%2Fb" in response.url:
+        return
+    _response(response, problems)

@@ -422,9 +422,18 @@ def status(job_id: str, tracebacks: bool, as_json: bool, store_url: str | None) 
     show_default=True,
     help="How far back the finished jobs' figures look.",
 )
+@click.option(
+    "--timeline",
+    is_flag=True,
+    help="Per step of the window instead: jobs finished by outcome, their wait p50/p95 "
+    "(what GET /stats/timeline answers).",
+)
+@click.option(
+    "--step", metavar="DURATION", default="1m", show_default=True, help="With --timeline."
+)
 @json_option
 @store_option
-def stats(window: str, as_json: bool, store_url: str | None) -> None:
+def stats(window: str, timeline: bool, step: str, as_json: bool, store_url: str | None) -> None:
     """The store at a glance: jobs by status and queue, the oldest due job per queue, the
     finished jobs of the last hour (waits, run times), busy workers, schedules; what GET
     /metrics serves."""
@@ -432,6 +441,10 @@ def stats(window: str, as_json: bool, store_url: str | None) -> None:
     if not seconds:
         raise click.BadParameter("must be more than 0", param_hint="--window")
     with _open(store_url) as store:
+        if timeline:
+            doc = store.timeline(seconds, parse_duration(step, "--step") or 0).to_dict()
+            click.echo(render.dumps(doc) if as_json else render.timeline_table(doc))
+            return
         doc = store.stats(seconds).to_dict()
     click.echo(render.dumps(doc) if as_json else render.stats_text(doc))
 
@@ -464,6 +477,8 @@ def queues(as_json: bool, store_url: str | None) -> None:
 @click.option("--label", metavar="K=V", help="Only jobs with this label.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--before", metavar="ID", help="Page: jobs older than this one.")
+@click.option("--name", metavar="TEXT", help="Only jobs whose name holds TEXT (any case).")
+@click.option("--id-prefix", metavar="PREFIX", help="Only jobs whose id starts with PREFIX.")
 @json_option
 @store_option
 def ls(
@@ -471,10 +486,12 @@ def ls(
     label: str | None,
     limit: int,
     before: str | None,
+    name: str | None,
+    id_prefix: str | None,
     as_json: bool,
     store_url: str | None,
 ) -> None:
-    """List jobs, newest first.
+    """List jobs, newest first; the filters given must all hold.
 
     --json prints what GET /jobs answers: {"jobs": [job documents], "next": ID or null};
     pass "next" as --before for the following page (null: this was the last).
@@ -485,7 +502,14 @@ def ls(
         parse_labels((label,))
     with _open(store_url) as store:
         try:
-            found = store.list(status=status_, label=label, limit=limit, before=before)
+            found = store.list(
+                status=status_,
+                label=label,
+                limit=limit,
+                before=before,
+                name=name,
+                id_prefix=id_prefix,
+            )
         except JobNotFound:
             raise click.BadParameter(
                 f'no job {before!r}: pass the id of a listed job (the "next" of --json)',

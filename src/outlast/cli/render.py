@@ -299,3 +299,19 @@ def workers_table(docs: list[dict[str, Any]]) -> str:
             f"{str(d.get('since', ''))[:19]}"
         )
     return "\n".join(lines)
+
+
+def timeline_table(doc: dict[str, Any]) -> str:
+    """``outlast stats --timeline`` for a person: one line per step, oldest first."""
+    from datetime import UTC, datetime
+
+    finished, waits = doc["finished"], doc["wait_seconds"]
+    lines = ["STEP (UTC)           SUCCEEDED  FAILED  CANCELED  WAIT P50  WAIT P95"]
+    for i, start in enumerate(doc["times"]):
+        at = datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(
+            f"{at}  {finished['succeeded'][i]:>9}  {finished['failed'][i]:>6}"
+            f"  {finished['canceled'][i]:>8}  {_seconds(waits['p50'][i]):>8}"
+            f"  {_seconds(waits['p95'][i]):>8}"
+        )
+    return "\n".join(lines)

@@ -1,13 +1,14 @@
 """The HTTP edge: ``create_app(store, token=None)`` builds the FastAPI application.
 
 Routes (DESIGN.md, "HTTP edge"): ``GET /healthz``; ``GET /jobs`` (newest first, filtered by
-``status`` and ``label=k=v``, paged by ``limit`` and the ``before`` cursor); ``POST /jobs``
+``status``, ``label=k=v``, ``name`` and ``id_prefix``, paged by ``limit`` and the ``before``
+cursor); ``POST /jobs``
 (registered job names only — never a command); ``GET /jobs/{id}``; ``POST /jobs/{id}/cancel``;
 ``POST /jobs/{id}/resume``; ``DELETE /jobs/{id}``; ``GET /jobs/{id}/log`` (the log's tail);
 ``GET /jobs/{id}/events`` and ``GET /events`` (Server-Sent Events, see :mod:`.sse`);
 ``GET /schedules``, ``GET /schedules/{name}``, ``POST /schedules/{name}/pause|resume|run``,
 ``DELETE /schedules/{name}``; ``GET /groups``, ``PUT /groups/{name}``; ``GET /queues``;
-``GET /metrics``; ``POST``/``DELETE /session``; ``GET /``, the
+``GET /stats/timeline``; ``GET /metrics``; ``POST``/``DELETE /session``; ``GET /``, the
 dashboard. Every answer is JSON (errors:
 ``{"error", "detail"}``), except the log (text), the streams and the dashboard.
 
@@ -59,11 +60,13 @@ from outlast.http.schemas import (
     ScheduleDocument,
     SchedulePage,
     SetSlots,
+    TimelineDoc,
     WorkerPage,
 )
 from outlast.model import JobState, Status
 from outlast.run import api, reap, schedules
 from outlast.store import Store, parse_label
+from outlast.store.query import MAX_NAME_SEARCH
 
 STATIC = Path(__file__).with_name("static")
 #: The dashboard's page may only load what the app itself serves.
@@ -175,6 +178,7 @@ def create_app(
 
     app.include_router(_action_routes(store, denied), dependencies=auth)
     app.include_router(_job_routes(store, denied), dependencies=auth)
+    app.include_router(_stats_routes(store, denied), dependencies=auth)
     app.include_router(_schedule_routes(store, denied), dependencies=auth)
     app.include_router(
         sse.router(store, bus, recheck, _json_errors(400, 404, 422, 503, *denied), heartbeat),
@@ -207,13 +211,24 @@ def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
         before: Annotated[
             str | None, Query(max_length=128, description="the `next` of the previous page")
         ] = None,
+        name: Annotated[
+            str | None,
+            Query(max_length=MAX_NAME_SEARCH, description="in the name, ignoring case"),
+        ] = None,
+        id_prefix: Annotated[
+            str | None, Query(max_length=128, description="the start of the job's id")
+        ] = None,
     ) -> Response:
-        """Jobs, newest first; ``next`` is the cursor of the following page, or null."""
+        """Jobs, newest first; ``next`` is the cursor of the following page, or null.
+        ``name`` finds the jobs whose name holds it, ignoring case (``resize`` finds
+        ``images.resize``); ``id_prefix``, those whose id starts with it."""
         labels: dict[str, str] = {}
         for item in label or ():
             labels.update(parse_label(item))
         try:
-            states = store.list(status, labels or None, limit, before)
+            states = store.list(
+                status, labels or None, limit, before, name=name, id_prefix=id_prefix
+            )
         except JobNotFound:
             raise InvalidInput(f"unknown cursor {before!r}: pass the `next` of a page") from None
         states = [s if s.terminal else reap.reconcile(store, s) for s in states]
@@ -389,6 +404,33 @@ def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
         """The ids of the jobs that retry this one, oldest first."""
         store.get(job_id)
         return JSONResponse({"jobs": store.retries_of(job_id)})
+
+    return routes
+
+
+def _stats_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
+    """What the store's jobs did over time."""
+    routes = APIRouter(tags=["queues"])
+
+    @routes.get(
+        "/stats/timeline",
+        response_model=TimelineDoc,
+        responses=_errors(400, 422, 503, *denied),
+    )
+    def stats_timeline(
+        window: Annotated[
+            str, Query(max_length=32, description="how far back: seconds, or 90m, 1h, 1d")
+        ] = "1h",
+        step: Annotated[str, Query(max_length=32, description="one step: seconds, or 1m")] = "60",
+    ) -> Response:
+        """Throughput and waiting time over the window, step by step (the dashboard's chart):
+        the jobs that finished in each step by outcome, and the median and 95th percentile of
+        their waits. Read from the store: right for every pool on every host."""
+        from outlast import when
+
+        seconds = when.parse_duration(window, "window")
+        every = when.parse_duration(step, "step")
+        return JSONResponse(store.timeline(seconds, every).to_dict())
 
     return routes
 

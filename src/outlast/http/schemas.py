@@ -254,6 +254,26 @@ class JobPage(BaseModel):
     next: str | None
 
 
+class TimelineWaits(BaseModel):
+    p50: list[float | None]
+    p95: list[float | None]
+
+
+class TimelineDoc(BaseModel):
+    """Throughput and waiting time per step of the window, as columns: ``times[i]`` (seconds
+    since the epoch) starts step ``i``; ``finished[outcome][i]`` jobs ended in it, and
+    ``wait_seconds`` are the median and 95th percentile of how long they waited from
+    creation to their last start (null: none finished). The last step is the one filling."""
+
+    at: str
+    window_seconds: float
+    step_seconds: float
+    start: str
+    times: list[float]
+    finished: dict[Literal["succeeded", "failed", "canceled"], list[int]]
+    wait_seconds: TimelineWaits
+
+
 class JobTemplateDoc(BaseModel):
     """What each job of a schedule is made from."""
 

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -48,7 +48,7 @@ from outlast.model import (
     Status,
     utcnow,
 )
-from outlast.store.common import log, parse_label, worker_name
+from outlast.store.common import log, worker_name
 from outlast.store.follower import follow, settled, wait_released
 from outlast.store.joblog import (
     FileCursor,
@@ -60,9 +60,12 @@ from outlast.store.joblog import (
     tail_file,
 )
 from outlast.store.journal import NOT_STARTED, Fate, Journal
+from outlast.store.query import Filter, make_filter
 from outlast.store.stats import Stats
 from outlast.store.stats import from_states as stats_from_states
 from outlast.store.task import Task
+from outlast.store.timeline import Kept, Timeline
+from outlast.store.timeline import check as check_timeline
 
 #: A pure transition: the current state in, the change to write (or None: nothing) out.
 Transition = Callable[[JobState], Change | None]
@@ -406,28 +409,53 @@ class Store(abc.ABC):
     def _stats(self, now: datetime, window: float) -> Stats:
         return stats_from_states(self.list(limit=None), now, window, self.schedules())
 
+    def timeline(self, window: float = 3600.0, step: float = 60.0) -> Timeline:
+        """Throughput and waiting time over the last ``window`` seconds, in steps of
+        ``step`` (aligned to the epoch): the jobs that finished in each step by outcome, and
+        the median and 95th percentile of their waits (see :mod:`outlast.store.timeline`;
+        steps settled a while ago are read from the store once per store object)."""
+        window, step = check_timeline(window, step)
+        kept: Kept | None = self.__dict__.get("_timeline_kept")
+        if kept is None:
+            with _LIVE_LOCK:
+                kept = self.__dict__.setdefault("_timeline_kept", Kept())
+        assert kept is not None
+        return kept.read(utcnow(), window, step, self._finished_since)
+
+    def _finished_since(
+        self, since: datetime, until: datetime
+    ) -> Iterable[tuple[float, str, float]]:
+        """``(finished at, in seconds since the epoch; status; seconds waited)`` of every job
+        that finished in ``[since, until)`` (a superset is fine)."""
+        for state in self.list(limit=None):
+            if state.terminal and state.finished_at is not None and state.finished_at >= since:
+                started = state.started_at or state.finished_at
+                waited = (started - state.created_at).total_seconds()
+                yield state.finished_at.timestamp(), str(state.status), waited
+
     def list(
         self,
         status: Status | str | None = None,
         label: str | Mapping[str, str] | None = None,
         limit: int | None = 100,
         before: str | None = None,
+        *,
+        name: str | None = None,
+        id_prefix: str | None = None,
     ) -> builtins.list[JobState]:
         """Jobs newest first, filtered; ``before`` is the last id of the previous page.
 
-        A corrupt job is skipped with a warning (logged) instead of failing the listing.
+        ``name``: jobs whose name holds it, ignoring case (a search box's substring match:
+        ``resize`` finds ``images.resize``); ``id_prefix``: jobs whose id starts with it,
+        exactly. Every filter given must hold (see :mod:`outlast.store.query`). A corrupt
+        job is skipped with a warning (logged) instead of failing the listing.
         """
-        if status is not None:
-            try:
-                status = Status(status)
-            except ValueError:
-                known = ", ".join(s.value for s in Status)
-                raise InvalidInput(f"unknown status {status!r}; one of {known}") from None
+        query = make_filter(status, label, name, id_prefix)
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise InvalidInput(f"limit must be a whole number >= 1, not {limit!r}")
         if before is not None:
             check_id(before)
-        return self._select(status, parse_label(label), limit, before)
+        return self._select(query, limit, before)
 
     def delete(self, job_id: str, force: bool = False) -> None:
         """Remove the job, its events, lock and log. Refuses a live job without ``force``;
@@ -865,7 +893,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def _select(
-        self, status: Status | None, labels: dict[str, str], limit: int | None, before: str | None
+        self, query: Filter, limit: int | None, before: str | None
     ) -> builtins.list[JobState]: ...
 
     @abc.abstractmethod

@@ -66,6 +66,7 @@ from outlast.store.base import (
 )
 from outlast.store.common import disk_full, log, make_private_dir, translated
 from outlast.store.journal import Journal
+from outlast.store.query import Filter
 
 #: ``<x>.worker``'s short lock would be ``<x>``'s worker lock, so no job here has that name.
 _RESERVED = ".worker"
@@ -100,6 +101,8 @@ class _Entry:
     unique_key: str | None = None
     limit_key: str | None = None
     limit: int | None = None
+    name: str = ""
+    started_at: datetime | None = None
 
 
 def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest: int) -> _Entry:
@@ -118,6 +121,9 @@ def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest
         raise ValueError("not indexable")
     if limit is not None and not isinstance(limit, int):
         raise ValueError("not indexable")
+    name, started_at = d["name"], parse_time(d.get("started_at"), "")
+    if not isinstance(name, str):
+        raise ValueError("not indexable")
     return _Entry(
         key,
         trusted,
@@ -133,12 +139,8 @@ def _index(job_id: str, d: Any, key: tuple[int, int, int], trusted: bool, digest
         unique_key,
         limit_key,
         limit,
-    )
-
-
-def _matches(job: _Entry | JobState, status: Status | None, labels: dict[str, str]) -> bool:
-    return (status is None or job.status == status) and all(
-        job.labels.get(k) == v for k, v in labels.items()
+        name,
+        started_at,
     )
 
 
@@ -529,9 +531,7 @@ class FilesStore(_local.LocalStore):
             # The full parse says what is wrong, or knows the defaults of missing fields.
             return _index(job_id, codec.decode(job_id, raw).to_dict(), key, trusted, digest)
 
-    def _select(
-        self, status: Status | None, labels: dict[str, str], limit: int | None, before: str | None
-    ) -> list[JobState]:
+    def _select(self, query: Filter, limit: int | None, before: str | None) -> list[JobState]:
         with self._translated("list"):
             entries = self._scan()
             if before is not None:
@@ -540,7 +540,7 @@ class FilesStore(_local.LocalStore):
                     raise JobNotFound(f"no job {before} (the 'before' cursor)")
                 mark = (cursor.created_at, cursor.id)
                 entries = [e for e in entries if (e.created_at, e.id) < mark]
-            chosen = [e for e in entries if _matches(e, status, labels)]
+            chosen = [e for e in entries if query.matches(e)]
             chosen.sort(key=lambda e: (e.created_at, e.id), reverse=True)
             states: list[JobState] = []
             for entry in chosen:
@@ -553,9 +553,23 @@ class FilesStore(_local.LocalStore):
                 except CorruptJob as exc:
                     log.warning("skipping a corrupt job in the listing: %s", exc)
                     continue
-                if _matches(state, status, labels):  # it may have moved on since the scan
+                if query.matches(state):  # it may have moved on since the scan
                     states.append(state)
             return states
+
+    def _finished_since(self, since: datetime, until: datetime) -> list[tuple[float, str, float]]:
+        """From the scan's index of every document (none is parsed again)."""
+        with self._translated("timeline"):
+            entries = self._scan(claiming=True)
+        return [
+            (
+                e.finished_at.timestamp(),
+                str(e.status),
+                ((e.started_at or e.finished_at) - e.created_at).total_seconds(),
+            )
+            for e in entries
+            if e.status.terminal and e.finished_at is not None and e.finished_at >= since
+        ]
 
     def _live_jobs(self) -> list[JobState]:
         with self._translated("list live jobs"):

@@ -77,7 +77,10 @@ from outlast.store.sql import (
     Row,
     SqlStore,
     Write,
+    fill_name_keys,
     flow_columns,
+    name_index,
+    search_columns,
     tables,
     time_tables,
     worker_table,
@@ -113,6 +116,10 @@ def dialect(schema: str) -> Dialect:
     )
 
 
+#: A document's field in SQL.
+_DOC = "convert_from(doc, 'UTF8')::jsonb->>'{}'"
+
+
 def migrations(schema: str) -> list[list[str | _pg.Migration]]:
     """Each schema version's statements (and Python steps), in order."""
     d = dialect(schema)
@@ -124,6 +131,15 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
                 f"UPDATE {d.jobs} SET lock_key = %s WHERE id = %s",
                 [(lock_key(schema, job_id), job_id) for job_id in ids],
             )
+
+    def fill_names(conn: Conn) -> None:
+        def write_many(sql: str, rows: Sequence[Sequence[Any]]) -> None:
+            with conn.cursor() as cur:
+                cur.executemany(sql, rows)
+
+        fill_name_keys(
+            d, _DOC.format("name"), lambda q, p: conn.execute(q, p).fetchall(), write_many
+        )
 
     return [
         [
@@ -142,11 +158,18 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
         # the latest attempt journal record of each job (outlast.store.journal)
         [f'CREATE TABLE IF NOT EXISTS "{schema}".journal (id text PRIMARY KEY, line text)'],
         # schedules, and retention (outlast.cron; Store.prune)
-        list(time_tables(d, "(convert_from(doc, 'UTF8')::jsonb->>'finished_at')::timestamptz")),
+        list(time_tables(d, f"({_DOC.format('finished_at')})::timestamptz")),
         # priorities: the claim's order and its index (outlast.store.sql.CLAIM_ORDER)
         [*flow_columns(d), f'DROP INDEX IF EXISTS "{schema}".jobs_claimable'],
         # every job's log, in the database (outlast.store._pglog); the workers' registry
         [*_pglog.table_statements(schema), *worker_table(d)],
+        # the job list's name search and the timeline (outlast.store.query, .timeline)
+        [
+            *search_columns(d, f"({_DOC.format('started_at')})::timestamptz"),
+            fill_names,
+            name_index(d),
+            f'CREATE INDEX IF NOT EXISTS jobs_id_bytes ON {d.jobs} (id COLLATE "C")',
+        ],
     ]
 
 
@@ -270,7 +293,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             return conn.execute(sql, params or None).fetchall()
 
     def _extra_columns(self, state: JobState) -> dict[str, Any]:
-        return {"lock_key": lock_key(self.schema, state.id)}
+        return {**super()._extra_columns(state), "lock_key": lock_key(self.schema, state.id)}
 
     def _forget(self, job_id: str) -> None:
         for name in (f"{job_id}.log", f"{job_id}.log.1", f"{job_id}.worker.log"):

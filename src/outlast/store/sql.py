@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import itertools
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from outlast.model import (
     format_time,
     utcnow,
 )
+from outlast.store import _sqllist as listing
 from outlast.store.base import (
     REMOVE,
     Applied,
@@ -46,6 +48,7 @@ from outlast.store.base import (
     live,
 )
 from outlast.store.common import decode_listing, log
+from outlast.store.query import Filter, fold
 from outlast.store.stats import RECENT_MAX, Stats, add_schedules
 
 Row = tuple[Any, ...]
@@ -131,6 +134,32 @@ class Dialect:
         if self.name == "sqlite":
             return format_time(value)
         return value
+
+    def contains(self, column: str) -> str:
+        """``column`` holds the parameter as a substring (no wildcards to escape)."""
+        return f"instr({column}, ?) > 0" if self.name == "sqlite" else f"strpos({column}, ?) > 0"
+
+    def bytewise(self, column: str) -> str:
+        """``column`` compared byte by byte (SQLite's own order; on PostgreSQL the "C"
+        collation, which ``jobs_id_bytes`` keeps whatever the database's own is)."""
+        return column if self.name == "sqlite" else f'{column} COLLATE "C"'
+
+    def seconds(self, column: str) -> str:
+        """A time column as seconds since the epoch (SQLite: to the millisecond, what its
+        date functions read of a fraction)."""
+        if self.name == "sqlite":
+            return f"((julianday({column}) - 2440587.5) * 86400.0)"
+        return f"date_part('epoch', {column})"
+
+    def between(self, start: str, end: str) -> str:
+        """Seconds from time ``start`` to time ``end``, to the microsecond. (SQLite keeps
+        :func:`~outlast.model.format_time`'s text, ``2026-11-29T18:11:10.123456+00:00``,
+        always UTC: whole seconds apart, rounded, plus the fractions' difference.)"""
+        if self.name == "sqlite":
+            whole = f"round((julianday(substr({end}, 1, 19)) - julianday(substr({start}, 1, 19)))"
+            fraction = f"CAST(substr({end}, 20, 7) AS REAL) - CAST(substr({start}, 20, 7) AS REAL)"
+            return f"({whole} * 86400.0) + {fraction})"
+        return f"date_part('epoch', {end} - {start})"
 
     def one_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """``column`` is one of ``values``: the SQL and its parameters (one value: an
@@ -229,6 +258,41 @@ def time_tables(d: Dialect, finished_at: str) -> list[str]:
     ]
 
 
+def search_columns(d: Dialect, started_at: str) -> list[str]:
+    """What the job list's search and the timeline added: ``jobs.name_key``, the job's name
+    casefolded (:func:`outlast.store.query.fold`; filled by :func:`fill_name_keys`, which
+    needs Python's casefold), and ``jobs.started_at`` (its last start), so neither reads a
+    document. ``started_at``: the engine's expression of a document's ``started_at``."""
+    return [
+        d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN name_key {d.text}"),
+        d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN started_at {d.time_type}"),
+        d.sql(f"UPDATE {{jobs}} SET started_at = {started_at}"),
+    ]
+
+
+def name_index(d: Dialect) -> str:
+    """The index of the name search (:mod:`outlast.store._sqllist`): the distinct names in
+    a few seeks, and each name's jobs newest first."""
+    return d.sql("CREATE INDEX IF NOT EXISTS jobs_name ON {jobs} (name_key, created_at, id)")
+
+
+def fill_name_keys(d: Dialect, name: str, read: Any, write_many: Any) -> None:
+    """Fill ``jobs.name_key`` of the jobs stored before it existed, 5,000 at a time.
+    ``name``: the engine's expression of a document's ``name``; ``read(sql, params)``,
+    ``write_many(sql, rows)``: the migration's transaction."""
+    after = ""
+    while True:
+        sql = f"SELECT id, {name} FROM {{jobs}} WHERE id > ? ORDER BY id LIMIT 5000"
+        rows = read(d.sql(sql), (after,))
+        if not rows:
+            return
+        write_many(
+            d.sql("UPDATE {jobs} SET name_key = ? WHERE id = ?"),
+            [(fold(n) if isinstance(n, str) else None, job_id) for job_id, n in rows],
+        )
+        after = rows[-1][0]
+
+
 def worker_table(d: Dialect) -> list[str]:
     """The registry of live workers (``Store.register_worker``): one row per process."""
     return [
@@ -243,12 +307,13 @@ def worker_table(d: Dialect) -> list[str]:
 #: their indexes): kind, queue and created_at are set once.
 _SLIM = (
     "UPDATE {jobs} SET status = ?, worker = ?, run_after = ?, finished_at = ?, expires_at = ?,"
-    " doc = ?, seq = ? WHERE id = ?"
+    " started_at = ?, doc = ?, seq = ? WHERE id = ?"
 )
 _FULL = (
     "UPDATE {jobs} SET status = ?, kind = ?, queue = ?, worker = ?, run_after = ?,"
     " created_at = ?, finished_at = ?, expires_at = ?, priority = ?, retry_of = ?,"
-    " unique_key = ?, limit_key = ?, limit_slots = ?, doc = ?, seq = ? WHERE id = ?"
+    " unique_key = ?, limit_key = ?, limit_slots = ?, started_at = ?, doc = ?, seq = ?"
+    " WHERE id = ?"
 )
 #: A job of a concurrency key may start while fewer than the key's slots (the ``limits``
 #: table's, else the job's own ``limit``, else 1) of its jobs run (``j`` is the job's row).
@@ -344,8 +409,9 @@ class SqlStore(Store):
         """Note the document just written for ``state`` (SQLite keeps it, see ``_decode``)."""
 
     def _extra_columns(self, state: JobState) -> dict[str, Any]:
-        """Engine-only columns of a new job's row (PostgreSQL: its lock key)."""
-        return {}
+        """Columns of a new job's row beyond :meth:`_columns`: what the search and the
+        timeline read (engines add their own: PostgreSQL, its lock key)."""
+        return {"name_key": fold(state.name), "started_at": self.dialect.time(state.started_at)}
 
     def _forget(self, job_id: str) -> None:
         """Remove what a deleted job left outside the database (its log and lock files)."""
@@ -458,6 +524,18 @@ class SqlStore(Store):
         add_schedules(stats, self.schedules(), now)
         return stats
 
+    def _finished_since(self, since: datetime, until: datetime) -> list[Row]:
+        """One read of three numbers per job through ``jobs_finished`` (no document; a
+        range bounded on both sides: a planner without statistics reads it through the
+        index too)."""
+        d = self.dialect
+        waited = d.between("created_at", "COALESCE(started_at, finished_at)")
+        sql = d.sql(
+            f"SELECT {d.seconds('finished_at')}, status, {waited} FROM {{jobs}}"
+            " WHERE finished_at >= ? AND finished_at < ?"  # only finished jobs have one
+        )
+        return self._query("timeline", sql, (d.time(since), d.time(until)))
+
     def get_many(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         found: dict[str, JobState] = {}
         unique = sorted({check_id(job_id) for job_id in job_ids})
@@ -512,13 +590,14 @@ class SqlStore(Store):
                         d.time(new.run_after),
                         d.time(new.finished_at),
                         d.time(expires_at(new)),
+                        d.time(new.started_at),
                         doc,
                         seq,
                         job_id,
                     )
                 )
             else:
-                full.append((*self._columns(new), doc, seq, job_id))
+                full.append((*self._columns(new), d.time(new.started_at), doc, seq, job_id))
             if new.labels != old.labels:
                 tx.write(d.sql("DELETE FROM {labels} WHERE job_id = ?"), (job_id,))
                 self._put_labels(tx, new)
@@ -587,31 +666,20 @@ class SqlStore(Store):
 
     # ------------------------------------------------------------------ reads
     def _select(
-        self, status: Status | None, labels: dict[str, str], limit: int | None, before: str | None
+        self, query: Filter, limit: int | None, before: str | None
     ) -> builtins.list[JobState]:
-        d = self.dialect
-        where: list[str] = []
-        params: list[Any] = []
-        if status is not None:
-            where.append("status = ?")
-            params.append(str(status))
-        for key, value in labels.items():
-            where.append("id IN (SELECT job_id FROM {labels} WHERE key = ? AND value = ?)")
-            params += [key, value]
-        if before is not None:
-            sql = d.sql("SELECT created_at FROM {jobs} WHERE id = ?")
-            rows = self._query("list", sql, (before,))
-            if not rows:
-                raise JobNotFound(f"no job {before} (the 'before' cursor)")
-            where.append("(created_at, id) < (?, ?)")
-            params += [rows[0][0], before]
-        sql = "SELECT id, doc FROM {jobs}"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at DESC, id DESC"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        return decode_listing(self._query("list", d.sql(sql), params))
+        return listing.select(self, query, limit, before)
+
+    def _ids_starting(self, prefix: str, limit: int) -> builtins.list[str]:
+        """Up to ``limit`` ids that start with ``prefix``: the ids from ``prefix`` on in
+        bytewise order, read in order through an index and cut where the prefix ends (an
+        open range with a limit: every planner reads it in order and stops soon)."""
+        column = self.dialect.bytewise("id")
+        sql = self.dialect.sql(
+            f"SELECT id FROM {{jobs}} WHERE {column} >= ? ORDER BY {column} LIMIT {int(limit)}"
+        )
+        ids = [row[0] for row in self._query("list", sql, (prefix,))]
+        return list(itertools.takewhile(lambda job_id: job_id.startswith(prefix), ids))
 
     def _events(self, job_id: str, after: int, limit: int | None) -> builtins.list[ProgressEvent]:
         sql = "SELECT doc FROM {events} WHERE job_id = ? AND seq > ? ORDER BY seq"

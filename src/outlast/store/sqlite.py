@@ -15,8 +15,8 @@ What is SQLite's own here (the statements and the verbs are :mod:`outlast.store.
   ``<db>.d/pulse`` (see :mod:`outlast.store.notify`), written after the commit.
 
 Indexes: ``jobs_due (queue, priority DESC, COALESCE(run_after, created_at), id)`` of the
-claimable jobs for claims, ``jobs_created`` and
-``jobs_status_created`` for listings, ``jobs_live`` (the jobs a worker holds) for the
+claimable jobs for claims, ``jobs_created`` and ``jobs_status_created`` for listings,
+``jobs_name`` for the name search, ``jobs_live`` (the jobs a worker holds) for the
 maintainer, ``labels_kv`` for label filters, ``jobs_finished`` and ``jobs_expires`` for
 retention, ``schedules_next`` for the schedules due. ``PRAGMA user_version`` is the schema version.
 """
@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,10 @@ from outlast.store.sql import (
     Row,
     SqlStore,
     Write,
+    fill_name_keys,
     flow_columns,
+    name_index,
+    search_columns,
     tables,
     time_tables,
     worker_table,
@@ -70,8 +73,18 @@ DIALECT = Dialect(
     without_rowid=" WITHOUT ROWID",
 )
 
-#: Each schema version's statements; a store is brought to the last one when opened.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+#: A Python step of a migration: it gets the migration's transaction.
+Step = Callable[["_Tx"], None]
+_DOC = "json_extract(CAST(doc AS TEXT), '$.{}')"
+
+
+def _fill_name_keys(tx: _Tx) -> None:
+    fill_name_keys(DIALECT, _DOC.format("name"), tx.read, tx.write_many)
+
+
+#: Each schema version's statements (and Python steps); a store is brought to the last one
+#: when opened.
+MIGRATIONS: tuple[tuple[str | Step, ...], ...] = (
     (
         *tables(DIALECT),
         "CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (status, queue, created_at, id)",
@@ -80,9 +93,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX IF NOT EXISTS labels_kv ON labels (key, value)",
     ),
     (f"CREATE INDEX IF NOT EXISTS jobs_live ON jobs (worker) WHERE {LIVE}",),
-    tuple(time_tables(DIALECT, "json_extract(CAST(doc AS TEXT), '$.finished_at')")),
+    tuple(time_tables(DIALECT, _DOC.format("finished_at"))),
     (*flow_columns(DIALECT), "DROP INDEX IF EXISTS jobs_claim"),
     tuple(worker_table(DIALECT)),
+    (
+        *search_columns(DIALECT, _DOC.format("started_at")),
+        _fill_name_keys,
+        name_index(DIALECT),
+        # the timeline reads finished jobs from the index alone (written once, as they end)
+        "DROP INDEX IF EXISTS jobs_finished",
+        "CREATE INDEX jobs_finished ON jobs (finished_at, status, created_at, started_at)"
+        " WHERE finished_at IS NOT NULL",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -168,7 +190,10 @@ class SQLiteStore(_local.LocalStore, SqlStore):
             version = tx.read("PRAGMA user_version")[0][0]
             for statements in MIGRATIONS[version:]:
                 for statement in statements:
-                    tx.write(statement)
+                    if callable(statement):
+                        statement(tx)
+                    else:
+                        tx.write(statement)
             if version < SCHEMA_VERSION:
                 tx.write(f"PRAGMA user_version = {SCHEMA_VERSION}")
 

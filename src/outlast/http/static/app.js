@@ -9,9 +9,11 @@ const PAGE = 50;
 const $ = (id) => document.getElementById(id);
 const S = {
   jobs: new Map(), // id -> job document, for the rows in view
-  next: null,
   status: null,
-  label: "",
+  query: { name: null, id_prefix: null, labels: [] }, // the search box, parsed
+  guessed: null, // a word no name holds, searched as an id prefix instead
+  page: 0, // the page shown, 0 the newest
+  cursors: [null], // cursors[i]: the `before` of page i (null: none older)
   listStream: null,
   current: null, // the job page's job id
   job: null, // and its document
@@ -253,24 +255,74 @@ function row(job, previous) {
   return tr;
 }
 
+// The search box: a word (or words) is a name search, `id:PREFIX` an id prefix, `key=value`
+// a label; every term must hold. Quotes are not needed: the words of a name are kept together.
+function parseSearch(text) {
+  const query = { name: null, id_prefix: null, labels: [] };
+  const words = [];
+  for (const term of text.trim().split(/\s+/).filter(Boolean)) {
+    if (/^id:/i.test(term)) query.id_prefix = term.slice(3) || null;
+    else if (/^name:/i.test(term)) words.push(term.slice(5));
+    else if (term.includes("=")) query.labels.push(term);
+    else words.push(term);
+  }
+  const name = words.filter(Boolean).join(" ");
+  query.name = name || null;
+  return query;
+}
+
+// A word no job name holds but that looks like (the start of) an id: a pasted id.
+const ID_SHAPED = /^(?=.*\d)[A-Za-z0-9][A-Za-z0-9_.-]{5,127}$/;
+
+// The search the list shows: the box's, or the id prefix it was taken for.
+function activeQuery() {
+  return S.guessed ? { ...S.query, name: null, id_prefix: S.guessed } : S.query;
+}
+
+function searchParams(params) {
+  const q = activeQuery();
+  if (q.name) params.set("name", q.name);
+  if (q.id_prefix) params.set("id_prefix", q.id_prefix);
+  q.labels.forEach((label) => params.append("label", label));
+  return q;
+}
+
 function matches(job) {
   if (S.status && job.status !== S.status) return false;
-  if (S.label) {
-    const [k, ...rest] = S.label.split("=");
+  const q = activeQuery();
+  if (q.name && !job.name.toLowerCase().includes(q.name.toLowerCase())) return false;
+  if (q.id_prefix && !job.id.startsWith(q.id_prefix)) return false;
+  for (const label of q.labels) {
+    const [k, ...rest] = label.split("=");
     if ((job.labels || {})[k] !== rest.join("=")) return false;
   }
   return true;
+}
+
+function filtered() {
+  return Boolean(S.status || S.query.name || S.query.id_prefix || S.query.labels.length);
 }
 
 function renderSummary() {
   const counts = {};
   for (const job of S.jobs.values()) counts[job.status] = (counts[job.status] || 0) + 1;
   const parts = STATUSES.filter((s) => counts[s]).map((s) => `${counts[s]} ${s}`);
-  $("summary").textContent = S.jobs.size ? `${S.jobs.size} shown · ${parts.join(" · ")}` : "";
-  $("empty").hidden = !S.listed || S.jobs.size > 0; // not before a list was read
+  const guess = S.guessed ? `no job name holds “${S.query.name}”: jobs whose id starts with it · ` : "";
+  $("summary").textContent = S.jobs.size ? `${guess}${S.jobs.size} shown · ${parts.join(" · ")}` : "";
+  const none = S.listed && S.jobs.size === 0; // not before a list was read
+  $("empty").hidden = !none || filtered() || S.page > 0;
+  $("no-match").hidden = !none || (!filtered() && S.page === 0);
 }
 
-function upsert(job, flash) {
+// Live updates: a job that now matches joins the newest page; on older pages only the rows
+// shown change (a page of older jobs gains no new ones).
+// The list's order, the store's: created_at (ISO 8601 in UTC to the microsecond, so the
+// strings sort as the times do), then id.
+function newer(a, b) {
+  return a.created_at === b.created_at ? a.id > b.id : a.created_at > b.created_at;
+}
+
+function upsert(job, flash, last) {
   const body = $("jobs");
   const old = body.querySelector(`tr[data-id="${CSS.escape(job.id)}"]`);
   if (!matches(job)) {
@@ -279,39 +331,97 @@ function upsert(job, flash) {
     renderSummary();
     return;
   }
+  if (!old && !last && S.page > 0) return;
   S.jobs.set(job.id, job);
   const fresh = row(job, old && old.querySelector(".progress"));
   if (flash && (!old || old.dataset.status !== job.status)) fresh.classList.add("flash");
   if (old) old.replaceWith(fresh);
+  else if (last) body.append(fresh); // a page, read in order
   else {
-    // newest first: ids sort by creation time
-    const after = [...body.children].find((tr) => tr.dataset.id < job.id);
+    const after = [...body.children].find((tr) => {
+      const shown = S.jobs.get(tr.dataset.id);
+      return shown && newer(job, shown);
+    });
     body.insertBefore(fresh, after || null);
   }
   renderSummary();
 }
 
-async function loadList(append) {
+// Pages are cursors, not numbers: a page is "the PAGE jobs older than the last one of the
+// page before" (GET /jobs?before=), one indexed read however deep, and it stays put while new
+// jobs arrive. Numbered pages would need a count of every matching job and an OFFSET that
+// reads (and skips) every job before the page, and their contents slide under the reader as
+// jobs are created. Newer goes back through the cursors this page came by.
+let listSeq = 0;
+async function loadList(move) {
+  const page = move === null ? 0 : Math.max(0, S.page + (move || 0));
+  if (page > 0 && !S.cursors[page]) return; // nothing older
+  const seq = ++listSeq;
   const params = new URLSearchParams({ limit: PAGE });
   if (S.status) params.set("status", S.status);
-  if (S.label) params.set("label", S.label);
-  if (append && S.next) params.set("before", S.next);
-  let page;
+  const q = searchParams(params);
+  if (page > 0) params.set("before", S.cursors[page]);
+  let result;
   try {
-    page = await api(`jobs?${params}`);
+    result = await api(`jobs?${params}`);
   } catch (e) {
-    toast(`Could not list jobs: ${e.message}`, true);
+    if (seq !== listSeq) return;
+    if (e.status === 400 || e.status === 422) showSearchError(e.message);
+    else toast(`Could not list jobs: ${e.message}`, true);
     return;
   }
-  S.listed = true;
-  if (!append) {
-    S.jobs.clear();
-    $("jobs").replaceChildren();
+  if (seq !== listSeq) return; // a later search or page was asked for meanwhile
+  showSearchError(null);
+  if (page === 0 && result.jobs.length === 0 && !S.guessed && q.name && !q.id_prefix && ID_SHAPED.test(q.name)) {
+    S.guessed = q.name; // perhaps an id, pasted
+    loadList(null);
+    return;
   }
-  page.jobs.forEach((job) => upsert(job, false));
-  S.next = page.next;
-  $("more").hidden = !page.next;
+  if (page === 0 && result.jobs.length === 0) S.guessed = null; // not an id either
+  S.listed = true;
+  S.page = page;
+  S.cursors.length = page + 1;
+  S.cursors.push(result.next);
+  S.jobs.clear();
+  $("jobs").replaceChildren();
+  result.jobs.forEach((job) => upsert(job, false, true));
+  renderPager();
   renderSummary();
+}
+
+function renderPager() {
+  const older = Boolean(S.cursors[S.page + 1]);
+  $("pager").hidden = S.page === 0 && !older;
+  $("page-older").disabled = !older;
+  $("page-newer").disabled = S.page === 0;
+  $("page-first").disabled = S.page === 0;
+  $("page-label").textContent = `Page ${S.page + 1}`;
+}
+
+function showSearchError(message) {
+  const el = $("search-error");
+  el.hidden = !message;
+  el.textContent = message || "";
+  $("search").setAttribute("aria-invalid", message ? "true" : "false");
+}
+
+// The search lives in the address (#/?q=…), so a search can be shared and survives a reload.
+function setSearch(text, fromHash) {
+  S.text = text;
+  S.query = parseSearch(text);
+  S.guessed = null;
+  const hash = text.trim() ? `#/?q=${encodeURIComponent(text.trim())}` : "#/";
+  S.listHash = hash; // where "All jobs" goes back to
+  if (!fromHash && location.hash !== hash && !(hash === "#/" && location.hash === "")) {
+    history.replaceState(null, "", hash);
+  }
+  renderBulk();
+  loadList(null);
+}
+
+function hashSearch() {
+  const m = location.hash.match(/^#\/\?(.*)$/);
+  return m ? new URLSearchParams(m[1]).get("q") || "" : "";
 }
 
 function renderFilters() {
@@ -325,7 +435,7 @@ function renderFilters() {
           S.status = status;
           renderFilters();
           renderBulk();
-          loadList(false);
+          loadList(null);
         },
       },
       status ? h("span", { class: `swatch ${status}` }) : null,
@@ -345,8 +455,12 @@ const BULK = {
   paused: ["cancel"],
 };
 
+// (A bulk action takes a status and one label: a name or id search hides them, so that no
+// button acts on more jobs than the list shows.)
 function renderBulk() {
-  const actions = S.status ? BULK[S.status] || [] : [];
+  const q = S.query;
+  const narrowed = q.name || q.id_prefix || q.labels.length > 1;
+  const actions = S.status && !narrowed ? BULK[S.status] || [] : [];
   const bar = $("bulk");
   bar.hidden = actions.length === 0;
   bar.replaceChildren(
@@ -359,7 +473,7 @@ function renderBulk() {
 
 async function bulk(action) {
   const body = { status: S.status };
-  if (S.label) body.label = S.label;
+  if (S.query.labels.length) body.label = S.query.labels[0];
   try {
     const counted = await api(`jobs/bulk/${action}`, { method: "POST", body: { ...body, dry_run: true } });
     if (counted.count === 0) {
@@ -370,7 +484,7 @@ async function bulk(action) {
     if (!window.confirm(`${action[0].toUpperCase()}${action.slice(1)} ${what}?`)) return;
     const done = await api(`jobs/bulk/${action}`, { method: "POST", body });
     toast(`${action === "delete" ? "Deleted" : action === "cancel" ? "Canceled" : "Retried"} ${done.count} job${done.count === 1 ? "" : "s"}`);
-    loadList(false);
+    loadList(0);
   } catch (e) {
     toast(e.message, true);
   }
@@ -382,12 +496,13 @@ function startListStream() {
   S.listStream = es;
   es.addEventListener("ready", () => {
     setLive("live", "live");
-    loadList(false);
+    loadList(0); // this page again: what changed while the stream was down
   });
   es.addEventListener("job", (e) => {
     const job = JSON.parse(e.data);
     upsert(job, true);
     if (job.id === S.current) renderJob(job);
+    if (TERMINAL.has(job.status) && typeof chartSoon === "function") chartSoon(); // chart.js
   });
   es.onerror = () => setLive("down", "reconnecting");
 }
@@ -555,6 +670,7 @@ async function loadLog() {
 
 async function openJob(id) {
   S.current = id;
+  document.querySelector("#job-view .back").setAttribute("href", S.listHash || "#/");
   S.lastSeq = 0;
   $("events").replaceChildren();
   $("event-count").textContent = "";
@@ -666,7 +782,7 @@ $("delete").addEventListener("click", async () => {
     S.jobs.delete(id);
     $("jobs").querySelector(`tr[data-id="${CSS.escape(id)}"]`)?.remove();
     toast("Job deleted");
-    location.hash = "#/";
+    location.hash = S.listHash || "#/";
   } catch (e) {
     toast(e.message, true);
   }
@@ -814,8 +930,19 @@ function route() {
   } else {
     showSchedules(false);
     closeJob();
+    const text = hashSearch();
+    S.listHash = location.hash || "#/";
+    if (text !== (S.text || "")) {
+      $("search").value = text;
+      if (S.started) setSearch(text, true);
+      else {
+        S.text = text;
+        S.query = parseSearch(text);
+      }
+    }
     renderSummary();
   }
+  S.started = true;
 }
 
 function restartStreams() {
@@ -823,16 +950,20 @@ function restartStreams() {
   if (S.current) startJobStream(S.current);
 }
 
-let labelTimer = null;
-$("label-filter").addEventListener("input", (e) => {
-  clearTimeout(labelTimer);
-  labelTimer = setTimeout(() => {
-    const value = e.target.value.trim();
-    S.label = value.includes("=") ? value : "";
-    loadList(false);
-  }, 300);
+let searchTimer = null;
+$("search").addEventListener("input", (e) => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(() => setSearch(e.target.value, false), 250);
 });
-$("more").addEventListener("click", () => loadList(true));
+$("search").addEventListener("keydown", (e) => {
+  if (e.key === "Enter") {
+    clearTimeout(searchTimer);
+    setSearch(e.target.value, false);
+  }
+});
+$("page-older").addEventListener("click", () => loadList(1));
+$("page-newer").addEventListener("click", () => loadList(-1));
+$("page-first").addEventListener("click", () => loadList(null));
 
 // Ticking times: ages in the list, durations of running jobs.
 setInterval(() => {
@@ -864,6 +995,7 @@ setInterval(() => {
   }
   renderFilters();
   window.addEventListener("hashchange", route);
-  loadList(false).then(() => startListStream());
-  route();
+  route(); // reads a search in the address (#/?q=…) before the first list
+  renderBulk();
+  loadList(null).then(() => startListStream());
 })();
