@@ -90,3 +90,25 @@ def test_every_verb_names_its_exit_codes_in_help(tmp_path: Path) -> None:
         assert "5 the store failed" in text, verb
     wait_help = " ".join(runner.invoke(click_cli, ["wait", "--help"]).output.split())
     assert "4 paused for an answer" in wait_help and "124 timed out" in wait_help
+
+
+def test_submit_from_a_file(cli: Outlast) -> None:
+    jobs = cli.tmp / "jobs.jsonl"
+    jobs.write_text("".join(f'{{"args": [{i}], "labels": {{"f": "1"}}}}\n' for i in range(50)))
+    env = {"PYTHONPATH": str(Path(__file__).parents[2])}
+    made = cli(
+        "submit", "pt.noop", "--import", "tests.pool.jobs_for_tests", "--from-file", str(jobs),
+        "--json", env=env,
+    ).json()  # fmt: skip
+    assert made["count"] == 50
+    listed = cli("ls", "--label", "f=1", "--limit", "100", "--json").json()["jobs"]
+    assert {d["id"] for d in listed} == set(made["ids"])
+    assert sorted(d["call"]["args"][0] for d in listed) == list(range(50))
+    bad = cli.tmp / "bad.jsonl"
+    bad.write_text('{"args": [1]}\n{"args": [1, 2]}\n')
+    refused = cli(
+        "submit", "pt.noop", "--import", "tests.pool.jobs_for_tests", "--from-file", str(bad),
+        env=env,
+    )  # fmt: skip
+    assert refused.code == 2 and "job 2: " in refused.err, refused
+    assert len(cli("ls", "--limit", "100", "--json").json()["jobs"]) == 50

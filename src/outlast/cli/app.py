@@ -996,9 +996,38 @@ def _create_job(
 @cli.command()
 @job_input_options
 @click.option("--queue", help="Queue (default: the job's own).")
-def submit(queue: str | None, **options: Any) -> None:
-    """Queue the registered job NAME for the pools (outlast worker)."""
-    _create_job(queue=queue, detach=False, **options)
+@click.option(
+    "--from-file",
+    "from_file",
+    type=click.File("r", encoding="utf-8"),
+    metavar="FILE",
+    help="Many jobs of NAME: one JSON object a line (args, kwargs, payload, queue, labels,"
+    " priority, delay, timeout, unique_key); - reads standard input. Prints their ids.",
+)
+def submit(queue: str | None, from_file: Any, **options: Any) -> None:
+    """Queue the registered job NAME for the pools (outlast worker).
+
+    With --from-file, every line is checked before any job is written, and they are inserted
+    1,000 per transaction; an error names the line's job ("job 3: …") and writes nothing.
+    """
+    if from_file is None:
+        _create_job(queue=queue, detach=False, **options)
+        return
+    given = [k for k, v in options.items() if v not in (None, (), False, "return")]
+    extra = sorted(set(given) - {"name", "imports", "as_json", "store_url"})
+    if queue is not None or extra:
+        raise click.UsageError("with --from-file, each line gives the job's input and options")
+    from outlast.run import bulk, registry
+
+    registry.import_modules(list(options["imports"]))
+    lines = bulk.read_jsonl(from_file.read())
+    with _open(options["store_url"], create=True) as store:
+        tasks = bulk.create_lines(store, options["name"], lines)
+    ids = [t.id for t in tasks]
+    if options["as_json"]:
+        click.echo(render.dumps({"ids": ids, "count": len(ids)}))
+    else:
+        click.echo("\n".join(ids))
 
 
 @cli.command()

@@ -44,8 +44,10 @@ from outlast.http.guard import (
     session_value,
 )
 from outlast.http.schemas import (
+    BatchCreated,
     BulkAction,
     BulkResult,
+    CreateBatch,
     CreateJob,
     ErrorBody,
     Group,
@@ -268,6 +270,22 @@ def _job_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
         )
         status = 200 if task.existing else 201  # 200: the live job that holds the key
         return _doc(store.get(task.id), status, {"Location": f"/jobs/{task.id}"})
+
+    @routes.post(
+        "/jobs:batch",
+        status_code=201,
+        response_model=BatchCreated,
+        responses=_errors(400, 413, 422, *denied),
+    )
+    def create_batch(body: CreateBatch) -> Response:
+        """Queue many jobs of one registered function: every job is checked before any is
+        written (a 400 names the first bad one: ``job 3: …``), then they are inserted 1,000
+        per transaction. What ``outlast submit NAME --from-file`` does."""
+        from outlast.run import bulk
+
+        lines = [job.model_dump(exclude_none=True) for job in body.jobs]
+        ids = [task.id for task in bulk.create_lines(store, body.name, lines)]
+        return JSONResponse({"ids": ids, "count": len(ids)}, status_code=201)
 
     @routes.get(
         "/jobs/{job_id}",

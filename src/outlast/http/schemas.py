@@ -167,6 +167,34 @@ class Login(Strict):
     token: str = Field(min_length=1, max_length=4096)
 
 
+class BatchJob(Strict):
+    """One job of a batch: its input and options (all optional)."""
+
+    args: list[Any] | None = None
+    kwargs: dict[str, Any] | None = None
+    payload: dict[str, Any] | None = Field(default=None, description="a pipeline's input")
+    queue: str | None = Field(default=None, min_length=1, max_length=200)
+    labels: dict[str, str] | None = None
+    priority: int | None = Field(default=None, ge=-1_000_000, le=1_000_000)
+    delay: float | str | None = Field(default=None, description="seconds, or '90s', '15m'")
+    timeout: float | str | None = None
+    unique_key: str | None = Field(default=None, max_length=500)
+
+
+class CreateBatch(Strict):
+    """Many jobs of one registered function, checked together before any is written."""
+
+    name: str = Field(min_length=1, max_length=200, description="a registered job name")
+    jobs: list[BatchJob] = Field(min_length=1, max_length=100_000)
+
+
+class BatchCreated(BaseModel):
+    """The new jobs' ids, in the order given (a live holder's id for a unique key held)."""
+
+    ids: list[str]
+    count: int
+
+
 class CallDoc(BaseModel):
     """How a function or pipeline job is called."""
 

@@ -445,6 +445,8 @@ class SqlStore(Store):
     def _insert_many(self, states: Sequence[JobState]) -> builtins.list[JobState | None]:
         """Insert new jobs in one transaction; for each, None, or the live job that holds
         its unique key (then it is not inserted)."""
+        if len(states) > 1 and all(s.unique_key is None for s in states):
+            return self._insert_plain(states)
         for _ in range(5):  # a holder that ended between the insert and its read: again
             out: list[JobState | None] = []
             try:
@@ -458,6 +460,29 @@ class SqlStore(Store):
                     self._remember(state, codec.encode(state))
             return out
         raise StoreError("could not insert a job with a unique key: its holder kept changing")
+
+    def _insert_plain(self, states: Sequence[JobState]) -> builtins.list[JobState | None]:
+        """Many jobs without unique keys (nothing can refuse them): their rows, then their
+        labels, as one statement each over many rows, in one transaction; each document
+        encoded once."""
+        docs = [codec.encode(state) for state in states]
+        rows: list[tuple[Any, ...]] = []
+        names: tuple[str, ...] = ()
+        for state, doc in zip(states, docs, strict=True):
+            extra = self._extra_columns(state)
+            names = tuple(extra)  # the same columns for every job
+            rows.append((*self._columns(state), doc, state.id, *extra.values()))
+        labels = [(s.id, k, v) for s in states for k, v in s.labels.items()]
+        with self._tx(f"create {len(states)} jobs") as tx:
+            tx.write_many(insert_sql(self.dialect, names), rows)
+            if labels:
+                sql = "INSERT INTO {labels} (job_id, key, value) VALUES (?, ?, ?)"
+                tx.write_many(self.dialect.sql(sql), labels)
+            for state in states:
+                tx.wake(state.id, True)
+        for state, doc in zip(states, docs, strict=True):
+            self._remember(state, doc)
+        return [None] * len(states)
 
     def _insert_one(self, tx: Tx, state: JobState) -> JobState | None:
         d = self.dialect
