@@ -129,6 +129,9 @@ def test_a_command_job_run_waited_for_with_progress_and_paged_through(harness: H
 
         page = await call(client, "list_jobs", labels={"t": "mcp"}, limit=5)
         assert [j["id"] for j in page["jobs"]] == [doc["id"]] and page["next"] is None
+        named = await call(client, "list_jobs", name="LIN", id_prefix=doc["id"][:12])
+        assert [j["id"] for j in named["jobs"]] == [doc["id"]]
+        assert (await call(client, "list_jobs", name="nosuchname"))["jobs"] == []
 
         read = await client.read_resource(f"outlast://jobs/{doc['id']}")
         assert json.loads(read.contents[0].text)["status"] == "succeeded"  # type: ignore[union-attr]

@@ -194,11 +194,17 @@ class Tools:
         ] = None,
         limit: Annotated[int, Field(ge=1, le=500)] = 20,
         before: Annotated[str | None, Field(description="the `next` of the last page")] = None,
+        name: Annotated[
+            str | None, Field(description="only jobs whose name holds this (any case)")
+        ] = None,
+        id_prefix: Annotated[str | None, Field(description="only ids starting so")] = None,
     ) -> JobPage:
-        """Jobs, newest first, filtered by status and labels; pass `next` back as `before`
-        for the following page (null: the last page)."""
+        """Jobs, newest first, filtered by status, labels, name and id prefix (all must
+        hold); pass `next` back as `before` for the following page (null: the last page)."""
         try:
-            found = self.store.list(status, labels or None, limit, before)
+            found = self.store.list(
+                status, labels or None, limit, before, name=name, id_prefix=id_prefix
+            )
         except JobNotFound:
             raise InvalidInput(f"unknown cursor {before!r}: pass the `next` of a page") from None
         states = [s if s.terminal else reap.reconcile(self.store, s) for s in found]
