@@ -112,3 +112,21 @@ def test_submit_from_a_file(cli: Outlast) -> None:
     )  # fmt: skip
     assert refused.code == 2 and "job 2: " in refused.err, refused
     assert len(cli("ls", "--limit", "100", "--json").json()["jobs"]) == 50
+
+
+def test_logs_by_pieces(cli: Outlast) -> None:
+    job_id = cli("run", "--", "sh", "-c", "for i in $(seq 1 100); do echo line-$i; done").ok()
+    job_id = job_id.out.strip()
+    cli("wait", job_id).ok()
+    assert cli("logs", job_id, "--tail", "2").ok().out == "line-99\nline-100\n"
+    text, offset = "", 0
+    while True:
+        piece = cli("logs", job_id, "--offset", str(offset), "--limit", "100", "--json").json()
+        assert piece["offset"] == offset
+        text, offset = text + piece["text"], piece["next_offset"]
+        if piece["done"]:
+            break
+    assert text.splitlines() == [f"line-{i}" for i in range(1, 101)]
+    assert cli("logs", job_id, "--offset", "7").ok().out.startswith("line-2\n")
+    both = cli("logs", job_id, "--tail", "1", "--offset", "0")
+    assert both.code == 2 and "not both" in both.err

@@ -579,14 +579,49 @@ def watch(job_id: str, store_url: str | None) -> None:
 @cli.command()
 @click.argument("job_id")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+@click.option("--tail", type=click.IntRange(1, 10_000), metavar="N", help="Its last N lines.")
+@click.option(
+    "--offset",
+    type=click.IntRange(min=0),
+    metavar="BYTES",
+    help="From this byte on (with --json: pass its next_offset back to read on).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1024 * 1024),
+    default=65536,
+    show_default=True,
+    help="With --offset: bytes at most.",
+)
+@json_option
 @store_option
-def logs(job_id: str, follow: bool, store_url: str | None) -> None:
-    """Print a job's output (stdout and stderr, interleaved)."""
+def logs(
+    job_id: str,
+    follow: bool,
+    tail: int | None,
+    offset: int | None,
+    limit: int,
+    as_json: bool,
+    store_url: str | None,
+) -> None:
+    """Print a job's output (stdout and stderr, interleaved). --tail N or --offset B: a
+    piece of it; --json: {text, offset, next_offset, size, done}, as the MCP logs tool."""
     from outlast.run import logs as joblogs
     from outlast.run.reap import reconcile
 
+    if follow and (tail is not None or offset is not None or as_json):
+        raise click.UsageError("--follow prints as it comes: no --tail, --offset or --json")
+    if tail is not None and offset is not None:
+        raise click.UsageError("--tail or --offset, not both")
     with _open(store_url) as store:
-        store.get(job_id)  # unknown id: a clear error
+        state = store.get(job_id)  # unknown id: a clear error
+        if as_json or tail is not None or offset is not None:
+            finished = (state if state.terminal else reconcile(store, state)).terminal
+            piece = joblogs.read_slice(store, job_id, offset or 0, limit, tail, finished)
+            click.echo(render.dumps(piece) if as_json else piece["text"], nl=False)
+            if as_json:
+                click.echo()
+            return
         if not follow:
             cursor = store.log_cursor(job_id)
             joblogs.write_stdout(cursor.read_new())

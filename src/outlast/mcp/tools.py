@@ -10,7 +10,6 @@ result; the server goes on.
 
 from __future__ import annotations
 
-import codecs
 import json
 import os
 import time
@@ -236,30 +235,11 @@ class Tools:
     ) -> LogSlice:
         """A job's output (stdout and stderr, interleaved). `tail`: its last lines; else up
         to `limit` bytes from byte `offset` (pass `next_offset` back to read on)."""
-        state = self._get(job_id)
-        if tail is not None:
-            _, size = self.store.log_read(job_id, 0, 0)
-            text = self.store.log_tail(job_id, tail) or ""
-            return {  # type: ignore[return-value]
-                "text": text,
-                "offset": max(0, size - len(text.encode())),
-                "next_offset": size,
-                "size": size,
-                "done": state.terminal,
-            }
-        data, size = self.store.log_read(job_id, offset, limit)
-        end = offset + len(data) >= size
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        text = decoder.decode(data, final=end and state.terminal)
-        held = len(decoder.getstate()[0])  # a character cut at the end: read it next time
-        next_offset = offset + len(data) - held
-        return {  # type: ignore[return-value]
-            "text": text,
-            "offset": offset,
-            "next_offset": next_offset,
-            "size": size,
-            "done": state.terminal and next_offset >= size,
-        }
+        from outlast.run.logs import read_slice
+
+        finished = self._get(job_id).terminal
+        piece = read_slice(self.store, job_id, offset, limit, tail, finished)
+        return piece  # type: ignore[return-value]
 
     async def wait(
         self,

@@ -13,6 +13,34 @@ from outlast.store import Store
 POLL = 0.25
 
 
+def read_slice(
+    store: Store, job_id: str, offset: int, limit: int, tail: int | None, finished: bool
+) -> dict[str, object]:
+    """A piece of a job's log for a reader that pages (the MCP ``logs`` tool, ``outlast logs
+    --offset/--tail --json``): ``{text, offset, next_offset, size, done}``. ``tail``: the
+    last lines; else up to ``limit`` bytes from byte ``offset``. A UTF-8 character cut by
+    ``limit`` is left for the next piece; ``done``: the job is ``finished`` and all was read."""
+    import codecs
+
+    if tail is not None:
+        _, size = store.log_read(job_id, 0, 0)
+        text = store.log_tail(job_id, tail) or ""
+        start = max(0, size - len(text.encode()))
+        return {"text": text, "offset": start, "next_offset": size, "size": size, "done": finished}
+    data, size = store.log_read(job_id, offset, limit)
+    end = offset + len(data) >= size
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    text = decoder.decode(data, final=end and finished)
+    next_offset = offset + len(data) - len(decoder.getstate()[0])
+    return {
+        "text": text,
+        "offset": offset,
+        "next_offset": next_offset,
+        "size": size,
+        "done": finished and next_offset >= size,
+    }
+
+
 def follow(
     store: Store,
     job_id: str,
@@ -30,10 +58,9 @@ def follow(
     watcher = None
     wait = 0.05
     if store.capabilities.local_logs:
-        try:
-            import inotify_simple
-        except (ImportError, OSError):  # pragma: no cover - not Linux
-            inotify_simple = None
+        from outlast.store.notify import inotify
+
+        inotify_simple = inotify()  # None where there is no inotify
         if inotify_simple is not None:
             watcher = inotify_simple.INotify()
             mask = inotify_simple.flags

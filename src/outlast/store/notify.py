@@ -28,7 +28,7 @@ from typing import Any
 from outlast.store.common import log
 
 
-def _inotify() -> Any:
+def inotify() -> Any:
     """inotify_simple's module, or None where inotify is unavailable (imported on first use:
     ctypes is too heavy for the CLI's fast path)."""
     try:
@@ -154,7 +154,7 @@ def _watcher(directory: Path) -> _Watcher | None:
     with _WATCHERS_LOCK:
         if key in _WATCHERS:
             return _WATCHERS[key]
-        module = _inotify()
+        module = inotify()
         watcher = None
         if module is not None:
             try:
