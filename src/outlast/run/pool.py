@@ -89,7 +89,7 @@ class Pool:
     ) -> None:
         """``maintain``: take part in the election of the store's maintainer (a pool that
         wins reconciles the jobs of dead workers for everyone). ``booted``: job processes
-        started for this pool before it (:func:`outlast.run.boot.spawn_many`), used first."""
+        started for this pool before it (:func:`outlast.boot.spawn_many`), used first."""
         if not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidInput(f"concurrency must be a whole number >= 1, not {concurrency!r}")
         for queue in queues or []:
