@@ -56,7 +56,7 @@ def test_past_the_inotify_limits_waiters_poll_and_say_so(
         def INotify() -> Any:
             raise OSError(24, "Too many open files")
 
-    monkeypatch.setattr(notify, "_inotify", lambda: Exhausted)
+    monkeypatch.setattr(notify, "inotify", lambda: Exhausted)
     caplog.set_level(logging.WARNING)
     with open_store(f"sqlite://{tmp_path}/s.db") as store:
         job = store.create(command=["true"])
