@@ -41,7 +41,8 @@ def test_cancel_cancels_the_coroutine(pool: Harness, tmp_path: Path, mode: str) 
     pool.wait_for(job_id, {Status.RUNNING})
     time.sleep(0.2)
     assert pool.cli("cancel", job_id).returncode == 0
-    until(marker.exists, 10, "the coroutine to see its CancelledError")
+    # written with write_text: the file exists a moment before its text does
+    until(lambda: marker.exists() and marker.read_text(), 10, "the CancelledError seen")
     assert marker.read_text() == "cancelled"
     assert pool.get(job_id).status == Status.CANCELED
     # a job that swallows the CancelledError stops at its own check_cancel()
@@ -50,7 +51,7 @@ def test_cancel_cancels_the_coroutine(pool: Harness, tmp_path: Path, mode: str) 
     pool.wait_for(other, {Status.RUNNING})
     time.sleep(0.2)
     pool.cli("cancel", other)
-    until(checked.exists, 10, "check_cancel() to raise outlast.Canceled")
+    until(lambda: checked.exists() and checked.read_text(), 10, "check_cancel() to raise")
     assert checked.read_text() == "Canceled"
 
 
