@@ -142,6 +142,23 @@ def test_sigkilled_worker_frees_its_lock_within_a_second(url: str, pgstore: Post
     assert again.id == job.id and again.attempt == 2
 
 
+def test_a_dead_local_holder_is_abandoned_once_its_backend_lets_go(
+    url: str, pgstore: PostgresStore
+) -> None:
+    """A killed worker's backend holds its lock until it sees the client gone (here: busy in
+    a query for 0.6 s). ``abandoned`` knows the holder's process is gone (the lock
+    connection names it) and waits the backend out, rather than calling the job alive."""
+    job = pgstore.create(name="doomed", max_attempts=2)
+    with procs.spawned(procs.hold_lock_busy, url, job.id, 0.6) as child:
+        child.expect("ready")
+        assert not pgstore.abandoned(pgstore.get(job.id))
+        child.kill()
+        started = time.monotonic()
+        assert pgstore.abandoned(pgstore.get(job.id))
+        assert time.monotonic() - started < _pglocks.DYING_FOR  # freed, not given up on
+    assert pgstore.reconcile(pgstore.get(job.id)).status == Status.PENDING
+
+
 def test_terminated_lock_connection_is_abandoned_and_the_late_write_refused(
     url: str, pgstore: PostgresStore
 ) -> None:

@@ -110,6 +110,21 @@ def hold_lock(conn: Connection, url: str, job_id: str, start: bool, grandchild: 
     _park(conn)
 
 
+def hold_lock_busy(conn: Connection, url: str, job_id: str, seconds: float) -> None:
+    """PostgreSQL: be the job's worker, then keep its lock connection's backend busy for
+    ``seconds`` (a query sent, not awaited): killed meanwhile, the backend goes on holding
+    the lock until the query ends and it sees its client gone."""
+    store = open_store(url)
+    task = store.open(job_id)
+    task.hold_worker_lock()
+    assert task.start()
+    lock_conn = store._locks.conn  # type: ignore[attr-defined]
+    lock_conn.pgconn.send_query(f"SELECT pg_sleep({seconds})".encode())
+    lock_conn.pgconn.flush()
+    conn.send("ready")
+    _park(conn)
+
+
 def try_lock(conn: Connection, url: str, job_id: str) -> None:
     store = open_store(url)
     try:

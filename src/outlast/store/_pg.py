@@ -333,13 +333,46 @@ _POOLER_HINT = (
 )
 
 
+#: ``application_name`` of a lock connection: ``outlast-locks host:pid`` of its process, so
+#: a prober on the same host can tell a holder whose process is dead from a live one.
+LOCK_APP = "outlast-locks"
+
+
+def lock_app_name() -> str:
+    """This process's lock-connection name (PostgreSQL keeps 63 bytes: a longer one is cut,
+    and :func:`dead_local_holder` then ignores it)."""
+    return f"{LOCK_APP} {common.worker_name()}"
+
+
+def dead_local_holder(app_name: str | None) -> bool:
+    """True when ``app_name`` names a lock connection of a process on this host that no
+    longer exists: its backend still shows the lock only because it has not yet seen its
+    client go (a killed client's backend notices on its next read, which a loaded machine
+    can delay). Anything else (another host, a cut name, a live pid) is False."""
+    if not app_name or len(app_name.encode()) > 63:
+        return False
+    prefix, _, worker = app_name.partition(" ")
+    host, _, pid = worker.rpartition(":")
+    if prefix != LOCK_APP or host != os.uname().nodename or not pid.isdigit():
+        return False
+    if int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: alive, someone else's
+        return False
+    return False
+
+
 def open_lock_connection(conns: Connections, probe: int, ids: tuple[int, int]) -> tuple[Conn, int]:
     """A new lock connection and its backend pid: server-side keepalives, and checked to own
     its session (``probe`` is a lock key nobody else uses, ``ids`` its pg_locks ids)."""
     options = " ".join(f"-c {k}={v}" for k, v in SERVER_KEEPALIVES.items())
     base = pg_conninfo.conninfo_to_dict(conns.conninfo).get("options") or ""
     try:
-        conn = conns.connect(application_name="outlast-locks", options=f"{base} {options}".strip())
+        conn = conns.connect(application_name=lock_app_name(), options=f"{base} {options}".strip())
     except StoreError as exc:
         if "startup parameter" not in str(exc):
             raise

@@ -33,6 +33,8 @@ from outlast.store._pg import Conn
 from outlast.store.common import log
 
 LOCK_RETRY_FOR = 0.2  # seconds an acquirer rides out a lock being handed over
+EXITING_FOR = 0.05  # seconds a prober rides out a holder whose backend is exiting
+DYING_FOR = 3.0  # ... and one whose process on this host is gone, its backend not yet told
 
 
 def lock_key(schema: str, job_id: str) -> int:
@@ -238,25 +240,35 @@ class AdvisoryLocks:
 
         A holder whose client just died can show for a moment while its backend exits
         (idle, no longer reading from its client): such a lock is looked at again briefly.
+        A holder whose lock connection names a process of this host that is gone (see
+        :func:`~outlast.store._pg.dead_local_holder`) is waited for longer, up to
+        ``DYING_FOR`` seconds: its backend frees the lock once it sees the client gone.
         """
         classid, objid = lock_ids(lock_key(self.schema, job_id))
         query = (
-            "SELECT coalesce(a.state = 'idle' AND a.wait_event IS NULL, false) FROM pg_locks l"
+            "SELECT coalesce(a.state = 'idle' AND a.wait_event IS NULL, false),"
+            " a.application_name FROM pg_locks l"
             " LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
             " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND l.classid = %s::int8::oid AND l.objid = %s::int8::oid"
             " AND l.objsubid IN (1, 2) AND l.granted"
         )
+        started = time.monotonic()
         with self._db.session(f"probe the worker lock of {job_id}") as conn:
-            for _ in range(25):
+            while True:
                 rows = conn.execute(query, (classid, objid)).fetchall()
                 if not rows:
                     return False
-                if not all(dying for (dying,) in rows):
+                exiting = all(dying for dying, _ in rows)
+                if not exiting and not all(
+                    dying or _pg.dead_local_holder(name) for dying, name in rows
+                ):
                     return True
-                time.sleep(0.002)
+                elapsed = time.monotonic() - started
+                if elapsed >= (DYING_FOR if not exiting else EXITING_FOR):
+                    return True
+                time.sleep(0.002 if elapsed < EXITING_FOR else 0.01)
                 conn.execute("SELECT pg_stat_clear_snapshot()")  # a fresh pg_stat_activity
-        return True
 
 
 class PgMaintenance:
