@@ -9,7 +9,7 @@ in the same write as the state, so a watcher that sees a terminal state also see
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -268,6 +268,59 @@ def new_job(
             "updated_at": now,
         }
     )
+
+
+#: The fields of :func:`new_jobs`' items that may differ from job to job on its fast path.
+PER_JOB = frozenset({"call", "payload", "limit_key"})
+
+
+def new_jobs(
+    common: Mapping[str, Any], each: Sequence[Mapping[str, Any]], now: datetime
+) -> list[JobState]:
+    """:func:`new_job` for ``{**common, **item}`` of every item, every field checked.
+
+    A batch's shared fields are checked once: an item that gives only what differs from
+    job to job (:data:`PER_JOB`: its call, payload, limit key) is checked for those and made
+    from the first job's fields (a new id); any other item is made whole."""
+    states: list[JobState] = []
+    template: JobState | None = None
+    for n, item in enumerate(each):
+        try:
+            template = _add_job(states, template, common, item, now)
+        except InvalidInput as exc:
+            raise InvalidInput(f"job {n + 1}: {exc}") from None
+    return states
+
+
+def _add_job(
+    states: list[JobState],
+    template: JobState | None,
+    common: Mapping[str, Any],
+    item: Mapping[str, Any],
+    now: datetime,
+) -> JobState | None:
+    """Make ``item``'s job onto ``states``; returns the batch's template (see new_jobs)."""
+    if template is None or not PER_JOB.issuperset(item):
+        state = new_job(**{**common, **item}, now=now)
+        states.append(state)
+        return state if template is None and PER_JOB.issuperset(item) else template
+    call = item.get("call", template.call)
+    if call is not None:
+        if not isinstance(call, Call):
+            raise InvalidInput("call must be an outlast.model.Call")
+        check_json(call.args, "the job's arguments")
+        check_json(call.kwargs, "the job's keyword arguments")
+    payload = item.get("payload", template.payload)
+    if payload is not template.payload:
+        if payload is not None and not isinstance(payload, Mapping):
+            raise InvalidInput("payload must be a JSON object")
+        payload = check_json(dict(payload or {}), "payload")
+    limit_key = item.get("limit_key", template.limit_key)
+    check_limit(limit_key, template.limit)
+    values = {**template.__dict__, "id": new_id(), "call": call, "payload": payload}
+    values["limit_key"] = limit_key
+    states.append(JobState.build(values))
+    return template
 
 
 def fenced_out(state: JobState, attempt: int | None) -> bool:

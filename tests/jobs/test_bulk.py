@@ -88,3 +88,82 @@ def test_a_pool_runs_what_submit_many_queued(pool: Harness) -> None:
     states = pool.wait_all(200, timeout=120)
     assert {s.status for s in states} == {Status.SUCCEEDED}
     assert sorted(marks.read_text().split()) == sorted(t.id for t in tasks)
+
+
+def _plain(a, b, c=1, d=2):  # type: ignore[no-untyped-def]
+    return a
+
+
+def _mixed(a, /, b, *rest, c, **more):  # type: ignore[no-untyped-def]
+    return a
+
+
+@pytest.mark.parametrize("fn", [_plain, _mixed])
+def test_the_fast_call_check_agrees_with_binding(fn: object) -> None:
+    """``registry.check_call`` (counting names for plain signatures) refuses exactly what
+    ``inspect.Signature.bind`` refuses, over every small shape of call."""
+    import inspect
+    import itertools
+
+    from outlast.run import registry
+
+    spec = registry.JobSpec(name="t.fn", fn=fn)  # type: ignore[arg-type]
+    sig = inspect.signature(fn)  # type: ignore[arg-type]
+    names = ["a", "b", "c", "d", "e"]
+    checked = 0
+    for n in range(6):
+        for keys in itertools.chain.from_iterable(
+            itertools.combinations(names, k) for k in range(4)
+        ):
+            args, kwargs = list(range(n)), {k: 0 for k in keys}
+            try:
+                sig.bind(*args, **kwargs)
+                ok = True
+            except TypeError:
+                ok = False
+            if ok:
+                registry.check_call(spec, args, kwargs)
+            else:
+                with pytest.raises(InvalidInput, match=r"takes t\.fn"):
+                    registry.check_call(spec, args, kwargs)
+            checked += 1
+    assert checked == 6 * 26
+
+
+def test_a_batch_makes_the_jobs_submit_makes(store: Store) -> None:
+    """The batch's shared fields are checked once and copied: each job is what ``submit``
+    with the same options would have made, apart from its id and times."""
+    options = jobs_for_tests.noop.options(
+        queue="q1", labels={"team": "a"}, priority=3, timeout=9, attempts=2
+    )
+    outlast.use_store(store)
+    saved = api._default
+    try:
+        one = outlast.submit(options, 5).state()
+    finally:
+        api._default = saved
+    many = [t.state() for t in submit_many(options, [[6], {"value": 7}], store=store)]
+    volatile = {"id", "created_at", "updated_at", "call"}
+    for state in many:
+        assert {k: v for k, v in state.to_dict().items() if k not in volatile} == {
+            k: v for k, v in one.to_dict().items() if k not in volatile
+        }
+    assert [s.call.args for s in many if s.call] == [[6], []]
+    assert many[1].call is not None and dict(many[1].call.kwargs) == {"value": 7}
+    assert len({s.id for s in many}) == 2
+
+
+def test_a_batch_checks_each_jobs_own_parts(store: Store) -> None:
+    """Past the first job, each job's arguments, payload and limit key are still checked."""
+    with pytest.raises(InvalidInput, match=r"job 2: .*must be JSON"):
+        submit_many(jobs_for_tests.noop, [[1], [float("nan")]], store=store)
+    with pytest.raises(InvalidInput, match="job 2: payload must be JSON"):
+        store.create_many(
+            [{"payload": {"ok": 1}}, {"payload": {"bad": {1, 2}}}], common={"name": "p"}
+        )
+    with pytest.raises(InvalidInput, match="job 2: a limit key"):
+        store.create_many([{"limit_key": "k"}, {"limit_key": ""}], common={"name": "p", "limit": 2})
+    # an item with options of its own is made whole, under the shared fields
+    tasks = store.create_many([{}, {"priority": 5}, {}], common={"name": "p", "priority": 1})
+    assert [t.state().priority for t in tasks] == [1, 5, 1]
+    assert len(store.list(limit=None)) == 3

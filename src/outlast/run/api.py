@@ -375,9 +375,21 @@ def job_fields(
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     *,
+    payload: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """What :meth:`Store.create` is given for a call of ``spec`` (see :func:`create_job`):
+    the call checked against the function's signature, the job's own options where the
+    call gives none (``options``: :func:`shared_fields`' keywords)."""
+    shared = shared_fields(spec, **options)
+    return {**shared, **call_fields(spec, args, kwargs, payload, shared["limit_key"])}
+
+
+def shared_fields(
+    spec: JobSpec,
+    *,
     queue: str | None = None,
     labels: Mapping[str, str] | None = None,
-    payload: Mapping[str, Any] | None = None,
     run_after: datetime | None = None,
     timeout: float | None = None,
     keep: float | None = None,
@@ -387,13 +399,41 @@ def job_fields(
     limit_key: str | None = None,
     limit: int | None = None,
 ) -> dict[str, Any]:
-    """What :meth:`Store.create` is given for a call of ``spec`` (see :func:`create_job`):
-    the call checked against the function's signature, the job's own options where the
-    call gives none."""
+    """The fields of a job of ``spec`` that do not depend on its call: its options, or the
+    job's own where none is given (``limit_key`` None here: the call's, see
+    :func:`call_fields`)."""
+    return {
+        "kind": spec.kind,
+        "name": spec.name,
+        "labels": labels,
+        "queue": spec.queue if queue is None else queue,
+        "max_attempts": attempts or spec.attempts or config.max_retries(),
+        "timeout": spec.timeout if timeout is None else timeout,
+        "pipeline": PipelineState(cleanup=spec.cleanup) if spec.kind == Kind.PIPELINE else None,
+        "run_after": run_after,
+        "keep": keep,
+        "priority": spec.priority if priority is None else priority,
+        "unique_key": unique_key,
+        "limit_key": limit_key,
+        "limit": limit if limit is not None else spec.limit,
+        "trace": tracing.current_traceparent(),
+    }
+
+
+def call_fields(
+    spec: JobSpec,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    payload: Mapping[str, Any] | None = None,
+    limit_key: str | None = None,
+) -> dict[str, Any]:
+    """The fields of one call of ``spec`` (its call, payload and limit key: the job's
+    template formatted with the call unless ``limit_key`` is given), checked: a function's
+    arguments against its signature (refused now, not after attempts and backoff in a
+    worker), a pipeline's payload for its reserved key."""
     args, kwargs = list(args), dict(kwargs or {})  # checked (JSON) and frozen by the store
     if payload is not None and not isinstance(payload, Mapping):
         raise InvalidInput(f"a payload must be a JSON object, not {type(payload).__name__}")
-    pipeline = None
     if spec.kind == Kind.PIPELINE:
         if args or kwargs:
             raise InvalidInput(f"pipeline {spec.name!r} takes a payload object, not arguments")
@@ -402,28 +442,14 @@ def job_fields(
                 f"payload key {OUTPUTS!r} is where a pipeline keeps its stages' outputs; "
                 "use another name"
             )
-        pipeline = PipelineState(cleanup=spec.cleanup)
-    else:  # refused now, not after attempts and backoff in a worker
-        registry.bind(spec, args, kwargs)
+    else:
+        registry.check_call(spec, args, kwargs)
     return {
-        "kind": spec.kind,
-        "name": spec.name,
-        "labels": labels,
-        "queue": spec.queue if queue is None else queue,
-        "payload": dict(payload or {}),
-        "max_attempts": attempts or spec.attempts or config.max_retries(),
         "call": Call(spec.module, args, kwargs, registry.module_root(spec.module)),
-        "timeout": spec.timeout if timeout is None else timeout,
-        "pipeline": pipeline,
-        "run_after": run_after,
-        "keep": keep,
-        "priority": spec.priority if priority is None else priority,
-        "unique_key": unique_key,
+        "payload": dict(payload or {}),
         "limit_key": limit_key
         if limit_key is not None
         else registry.limit_key_of(spec, args, kwargs, payload),
-        "limit": limit if limit is not None else spec.limit,
-        "trace": tracing.current_traceparent(),
     }
 
 

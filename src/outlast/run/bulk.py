@@ -17,7 +17,7 @@ from outlast import when
 from outlast.errors import InvalidInput, OutlastError
 from outlast.model import Kind
 from outlast.run import registry
-from outlast.run.api import Options, _spec, default_store, job_fields
+from outlast.run.api import Options, _spec, call_fields, default_store, job_fields, shared_fields
 from outlast.run.registry import JobSpec
 from outlast.store import Store, Task
 
@@ -38,13 +38,15 @@ def submit_many(
     (a dict); for a pipeline, its payload (a dict). ``job`` may carry options for every
     job (``resize.options(queue="images")``). Much faster than ``submit`` in a loop: one
     transaction per :attr:`Store.CREATE_BATCH` jobs (BENCHMARKS.md, issue #18)."""
-    spec, common = _spec_and_options(job)
+    spec, options = _spec_and_options(job)
+    shared = shared_fields(spec, **options)
+    given_key = shared["limit_key"]
     made = []
     for n, item in enumerate(calls):
         if n >= MANY_MAX:
             raise InvalidInput(f"submit_many queues at most {MANY_MAX:,} jobs a call")
-        made.append(_numbered(n, lambda item=item: _fields_of(spec, item, common)))
-    return (store or default_store()).create_many(made)
+        made.append(_numbered(n, lambda item=item: _call_of(spec, item, given_key)))
+    return (store or default_store()).create_many(made, common=shared)
 
 
 def create_lines(store: Store, name: str, lines: Iterable[Mapping[str, Any]]) -> list[Task]:
@@ -98,17 +100,17 @@ def _spec_and_options(job: Any) -> tuple[JobSpec, dict[str, Any]]:
     return _spec(job), {}
 
 
-def _fields_of(spec: JobSpec, item: Any, common: dict[str, Any]) -> dict[str, Any]:
+def _call_of(spec: JobSpec, item: Any, limit_key: str | None) -> dict[str, Any]:
     if spec.kind == Kind.PIPELINE:
         if not isinstance(item, Mapping):
             raise InvalidInput(
                 f"a pipeline's call is its payload object, not {type(item).__name__}"
             )
-        return job_fields(spec, payload=item, **common)
+        return call_fields(spec, payload=item, limit_key=limit_key)
     if isinstance(item, Mapping):
-        return job_fields(spec, (), item, **common)
+        return call_fields(spec, (), item, limit_key=limit_key)
     if isinstance(item, Sequence) and not isinstance(item, str | bytes):
-        return job_fields(spec, item, None, **common)
+        return call_fields(spec, item, None, limit_key=limit_key)
     raise InvalidInput(
         f"a call is a list of arguments or a dict of keyword arguments, not {type(item).__name__}"
     )

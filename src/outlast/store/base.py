@@ -239,20 +239,29 @@ class Store(abc.ABC):
     #: Jobs :meth:`create_many` inserts per transaction.
     CREATE_BATCH = 1000
 
-    def create_many(self, jobs: Sequence[Mapping[str, Any]]) -> builtins.list[Task]:
+    def create_many(
+        self, jobs: Sequence[Mapping[str, Any]], common: Mapping[str, Any] | None = None
+    ) -> builtins.list[Task]:
         """Record many pending jobs, each given as :meth:`create`'s keyword arguments (no
         ``connection``; ``on_conflict`` is ``"return"``: a job whose unique key a live job
         holds gets that job's handle, ``existing`` set; two jobs of one call may not hold
-        the same key). Every job is checked before anything is written; then they are
-        inserted in order, :attr:`CREATE_BATCH` per transaction on the SQL stores, and the
-        waiters of their queues are woken. Returns their handles, in order."""
-        now = utcnow()
-        states = []
-        for fields in jobs:
+        the same key). ``common``: keyword arguments of every job, under each job's own
+        (checked once for a job that gives only its call, payload and limit key: the fast
+        path of a big batch). Every job is checked before anything is written; then they
+        are inserted in order, :attr:`CREATE_BATCH` per transaction on the SQL stores, and
+        the waiters of their queues are woken. Returns their handles, in order."""
+        shared = dict(common or {})
+        for fields in (shared, *jobs):
             if "connection" in fields or fields.get("on_conflict", "return") != "return":
                 raise InvalidInput("create_many takes neither connection nor on_conflict")
-            given = {k: v for k, v in fields.items() if k != "on_conflict"}
-            states.append(machine.new_job(**given, now=now))
+        shared.pop("on_conflict", None)
+        each = [
+            {k: v for k, v in fields.items() if k != "on_conflict"}
+            if "on_conflict" in fields
+            else fields
+            for fields in jobs
+        ]
+        states = machine.new_jobs(shared, each, utcnow())
         keys = [s.unique_key for s in states if s.unique_key is not None]
         if len(keys) != len(set(keys)):
             raise InvalidInput("two jobs of one create_many call hold the same unique key")

@@ -333,30 +333,32 @@ LIVE_STATUSES = "('pending', 'running', 'paused')"
 CLAIMABLE = "status = 'pending' AND worker IS NULL"
 
 
+#: The columns of a new job's row, in the order of :meth:`SqlStore._columns`, its document
+#: and its id (each engine's :meth:`SqlStore._extra_columns` follow).
+JOB_COLUMNS = (
+    "status",
+    "kind",
+    "queue",
+    "worker",
+    "run_after",
+    "created_at",
+    "finished_at",
+    "expires_at",
+    "priority",
+    "retry_of",
+    "unique_key",
+    "limit_key",
+    "limit_slots",
+    "doc",
+    "id",
+)
+
+
 @functools.lru_cache(maxsize=64)
 def insert_sql(d: Dialect, extra: tuple[str, ...], fired: bool = False) -> str:
     """The insert of a job's row; ``fired``: a schedule's job, made at most once (its id is
     the key of its fire time), so a second insert does nothing."""
-    names = ", ".join(
-        [
-            "status",
-            "kind",
-            "queue",
-            "worker",
-            "run_after",
-            "created_at",
-            "finished_at",
-            "expires_at",
-            "priority",
-            "retry_of",
-            "unique_key",
-            "limit_key",
-            "limit_slots",
-            "doc",
-            "id",
-            *extra,
-        ]
-    )
+    names = ", ".join([*JOB_COLUMNS, *extra])
     marks = ", ".join("?" * (15 + len(extra)))
     sql = f"INSERT INTO {{jobs}} ({names}) VALUES ({marks})"
     return d.sql(sql + (" ON CONFLICT (id) DO NOTHING" if fired else ""))
@@ -378,6 +380,12 @@ if TYPE_CHECKING:  # an interface for annotations only (a Protocol costs import 
         def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
         def write(self, sql: str, params: Sequence[Any] = ()) -> None: ...
         def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+        def insert_rows(
+            self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+        ) -> None:
+            """Insert ``rows`` into ``table`` (its name in SQL) as fast as the engine can
+            (SQLite: one prepared statement over them; PostgreSQL: ``COPY``)."""
+
         def wake(self, job_id: str, claimable: bool) -> None:
             """Wake the job's waiters (and, if ``claimable``, idle pools) once committed."""
 
@@ -474,10 +482,10 @@ class SqlStore(Store):
             rows.append((*self._columns(state), doc, state.id, *extra.values()))
         labels = [(s.id, k, v) for s in states for k, v in s.labels.items()]
         with self._tx(f"create {len(states)} jobs") as tx:
-            tx.write_many(insert_sql(self.dialect, names), rows)
+            d = self.dialect
+            tx.insert_rows(d.sql("{jobs}"), (*JOB_COLUMNS, *names), rows)
             if labels:
-                sql = "INSERT INTO {labels} (job_id, key, value) VALUES (?, ?, ?)"
-                tx.write_many(self.dialect.sql(sql), labels)
+                tx.insert_rows(d.sql("{labels}"), ("job_id", "key", "value"), labels)
             for state in states:
                 tx.wake(state.id, True)
         for state, doc in zip(states, docs, strict=True):

@@ -147,6 +147,13 @@ class _Tx:
     def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.conn.executemany(sql, rows)
 
+    def insert_rows(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        marks = ", ".join("?" * len(columns))
+        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+        self.conn.executemany(sql, rows)
+
     def wake(self, job_id: str, claimable: bool) -> None:
         self.wakes[job_id] = self.wakes.get(job_id, False) or claimable
 
