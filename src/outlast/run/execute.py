@@ -8,7 +8,6 @@ sure it never lands on a job that was canceled or taken away meanwhile.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import traceback
 from collections.abc import Callable
@@ -66,6 +65,8 @@ def run_async(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -
     """Run an ``async def`` job on a new event loop: a cancel of the job cancels its task
     (``asyncio.CancelledError`` at its current ``await``), and its timeout does too, a
     little before its process would be killed for it (``TimeoutError``: code ``timeout``)."""
+    import asyncio  # here: a pool of plain functions never loads it (BENCHMARKS.md, #18)
+
     job = context.current_or_none()
 
     async def main() -> Any:
@@ -146,6 +147,8 @@ async def arun_attempt(spec: registry.JobSpec, task: Task, state: JobState) -> O
 
 
 async def _aattempt(spec: registry.JobSpec, task: Task, state: JobState) -> Outcome:
+    import asyncio
+
     job = context.current()
     try:
         if spec.is_async and state.kind == Kind.FUNCTION and state.call is not None:

@@ -42,7 +42,6 @@ import collections
 import contextlib
 import logging
 import os
-import secrets
 import select
 import signal
 import time
@@ -119,7 +118,7 @@ class Pool:
         self._flush_at: float | None = None
         # The attempt journal (see outlast.store.journal): this process's, and its job
         # processes' (one each, named by the pool's token and the process's PID).
-        self.token = secrets.token_hex(4)
+        self.token = os.urandom(4).hex()
         self.journal = store.journal(worker_name(), f"{self.token}+pool")
         self._retired: list[Journal] = []  # journals of job processes that were replaced
 
