@@ -80,7 +80,8 @@ def _lock_backends(pid: int) -> list[int]:
     ports = {c.laddr.port for c in psutil.Process(pid).net_connections("tcp") if c.laddr}
     with support.connect() as admin:
         rows = admin.execute(
-            "SELECT pid, client_port FROM pg_stat_activity WHERE application_name = 'outlast-locks'"
+            "SELECT pid, client_port FROM pg_stat_activity"
+            " WHERE application_name LIKE 'outlast-locks %'"
         ).fetchall()
     return [backend for backend, port in rows if port in ports]
 

@@ -499,6 +499,10 @@ class Pool:
 
     def _turn(self, listener: Listener, backoff: float) -> bool:
         """One turn of the loop; True when the pool is done."""
+        if self._unwritten and not self.backlog and all(s.task is None for s in self.slots):
+            # idle: the outcomes first (their waiters see them a claim sooner), then look
+            # for more work; a busy pool hands out the next job first and writes later
+            self._flush()
         claimed = self._fill()
         busy = any(s.task is not None for s in self.slots)
         if not busy and self._unwritten:
@@ -544,7 +548,8 @@ class Pool:
         # no fd: the listener polls, or is reconnecting; either way it cannot tell, so look
         if listener.fileno() is None or listener.fileno() in ready:
             claimable = listener.drain()
-            if busy and self._check_at is None:
+            # a running job changed (a cancel?): look soon; not for the pool's own writes
+            if busy and self._check_at is None and getattr(listener, "by_others", True):
                 self._check_at = time.monotonic() + CHECK_EVERY
         self._handle_ready(ready)
         self._handle_deadlines()

@@ -43,6 +43,9 @@ class PgListener:
         self._conn: Conn | None = None  # before anything can fail: __del__ reads it
         self._closed = False
         self._retry_at, self._delay = 0.0, self.RETRY_MIN
+        #: After :meth:`drain`: whether a job's notification came from another process
+        #: (or the listener cannot tell); one of this process's own writes is not news to it.
+        self.by_others = True
         self._subscribe()
         on_fork(self)
 
@@ -121,16 +124,25 @@ class PgListener:
     def drain(self) -> bool:
         """Consume the notifications that have arrived, without blocking; True when one said
         a job became claimable (or the connection was lost: the caller re-checks)."""
+        self.by_others = True
         conn = self._live()
         if conn is None:
             return True  # cannot tell: the caller looks
         claimable = False
+        own: set[int] | None = None
+        others = False
         try:
             for note in conn.notifies(timeout=0):
-                claimable = claimable or note.channel == self._queue_channel
+                if note.channel == self._queue_channel:
+                    claimable = True
+                elif not others:
+                    if own is None:
+                        own = self._conns.own_backends()
+                    others = note.pid not in own
         except psycopg.Error as exc:
             self._reconnect(exc)
             return True
+        self.by_others = others
         return claimable
 
     def drain_any(self) -> bool:
