@@ -346,7 +346,11 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                     taken.update(self._try_locks([old.id for old, _, _, _ in starts]))
                     starts = [s for s in starts if s[0].id in taken]
                     if starts:  # journaled in the claim's own transaction
-                        journal.claimed([(new.id, new.attempts) for _, new, _, _ in starts])
+                        keys = [(new.id, new.attempts) for _, new, _, _ in starts]
+                        if isinstance(journal, _PgJournal):  # in its write round trip
+                            tx.write(*self._journal_claims_sql(journal.records(keys)))
+                        else:
+                            journal.claimed(keys)
                         self._write(tx, starts)
                         for _, new, _, _ in starts:
                             tx.wake(new.id, False)
@@ -381,10 +385,13 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         session this is): if it fails, so does the claim."""
         if not records:
             return
+        with self._session("journal claims") as conn:
+            conn.execute(*self._journal_claims_sql(records))
+
+    def _journal_claims_sql(self, records: list[tuple[Key, str]]) -> tuple[str, list[Any]]:
         ids, lines = [k[0] for k, _ in records], [line for _, line in records]
         sql = f'INSERT INTO "{self.schema}".journal SELECT * FROM unnest(%s::text[], %s::text[])'
-        with self._session("journal claims") as conn:
-            conn.execute(sql + _UPSERT, (ids, lines))
+        return sql + _UPSERT, [ids, lines]
 
     def _sweep_journal(self) -> None:
         """Forget the records of finished (or deleted) jobs: only those, since a pending job
@@ -555,8 +562,13 @@ class _PgJournal(Journal):
         self._failing = False
 
     def claimed(self, keys: Sequence[Key], started: bool = False) -> None:
+        self.store._journal_claims(self.records(keys, started))
+
+    @staticmethod
+    def records(keys: Sequence[Key], started: bool = False) -> list[tuple[Key, str]]:
+        """The claim (or start) records of ``keys``, as the journal table keeps them."""
         kind = "s" if started else "c"
-        self.store._journal_claims([(k, record_line(kind, k)) for k in keys])
+        return [(k, record_line(kind, k)) for k in keys]
 
     def started(self, key: Key) -> bool:
         if self._held is not None:  # an attempt that never said how it ended
