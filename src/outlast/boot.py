@@ -1,28 +1,87 @@
-"""Starting a pool's job processes (:mod:`outlast.run.jobproc`), as early as the pool can:
-the standard library only, outside the run layer (whose package imports the store), so that
-``outlast worker`` starts them before it imports the rest of outlast, and they boot (import,
-open the store) while the pool does the same.
+"""Starting a pool's job processes (:mod:`outlast.run.jobproc`): the standard library only,
+outside the run layer.
 
-A job process is ``python -m outlast.run.jobproc FD URL [MODULE…]``; ``FD`` is its end of a
-socket pair. Once booted it waits for the pool's introduction on it — one line of JSON, the
-pool's worker name and token, with the pool's liveness descriptor passed along (SCM_RIGHTS)
-when the store has one — and answers ``"ready"`` (or ``("error", message)`` when it could
-not boot) through :class:`multiprocessing.connection.Connection`, the pipe's language from
-then on. The pool can introduce itself only once its store is open; the processes boot
-meanwhile.
+``outlast worker`` forks its first job processes (:func:`fork`, from
+:func:`outlast.run.pool.fork_job_processes`): once the pool has imported what a job process
+needs (the store's driver: psycopg alone is ~150 ms of CPU) and before it has a thread or a
+connection, a fork costs a few milliseconds, where each spawned interpreter would import
+everything again on the cores the pool boots on (BENCHMARKS.md, issue #18). A job process that
+replaces a dead one later, or one of a pool started with threads running, is spawned
+(:func:`spawn`): ``python -m outlast.run.jobproc FD URL [MODULE…]``.
+
+Either way ``FD`` is the job process's end of a socket pair. Once booted it waits for the
+pool's introduction on it — one line of JSON, the pool's worker name and token, with the
+pool's liveness descriptor passed along (SCM_RIGHTS) when the store has one — and answers
+``"ready"`` (or ``("error", message)`` when it could not boot) through
+:class:`multiprocessing.connection.Connection`, the pipe's language from then on. The pool
+can introduce itself only once its store is open; the processes boot meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 #: The longest introduction, bytes.
 INTRODUCTION_MAX = 4096
+
+
+class Process(Protocol):
+    """What a pool needs of a job process: ``subprocess.Popen``'s verbs it uses."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
+
+
+class Forked:
+    """A forked child as :class:`Process` (``subprocess.Popen``'s ``poll``, ``wait``,
+    ``kill`` and ``returncode``: negative for a signal)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else: gone, how is not known
+                self.returncode = -1
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.0005
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired([str(self.pid)], timeout or 0.0)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
 
 
 @dataclass
@@ -30,7 +89,7 @@ class Booting:
     """A job process started and not yet introduced: its process and the pool's end of its
     socket pair."""
 
-    popen: subprocess.Popen[bytes]
+    popen: Process
     sock: socket.socket
 
     def kill(self) -> None:
@@ -72,6 +131,42 @@ def spawn_many(n: int, url: str | None, imports: list[str]) -> list[Booting]:
     return started
 
 
+def fork(main: Callable[[list[str]], int], url: str | None, imports: list[str]) -> Booting:
+    """Fork one job process that runs ``main`` (:func:`outlast.run.jobproc.main`) with the
+    argv a spawned one gets, then exits; for a process with no other thread (the caller
+    checks: :func:`can_fork`)."""
+    ours, theirs = socket.socketpair()
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            ours.close()
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.close(devnull)
+            os.environ["OUTLAST_POOL_PID"] = str(parent)
+            code = main([str(theirs.fileno()), url or "", *imports])
+        except BaseException:
+            with contextlib.suppress(Exception):
+                traceback.print_exc()
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    theirs.close()
+    return Booting(Forked(pid), ours)
+
+
+def can_fork() -> bool:
+    """Whether this process may fork job processes: it has no other thread (a lock one of
+    them holds would stay held in the child forever), and the platform forks."""
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
 def introduce(sock: socket.socket, pool: str, token: str, alive: int | None) -> None:
     """Tell a job process which pool it works for (its journal's names), passing the pool's
     liveness descriptor (so the pool's jobs stay alive while the process lives)."""
@@ -96,50 +191,3 @@ def introduced(fd: int) -> tuple[str, str, int | None]:
         raise EOFError("the pool went away before it introduced itself")
     told = json.loads(data)
     return str(told["pool"]), str(told["token"]), (fds[0] if fds else None)
-
-
-#: Job processes started by :func:`early` for the ``outlast worker`` about to be parsed,
-#: with what they were started for: ``(url, imports, processes)``.
-EARLY: list[tuple[str | None, list[str], list[Booting]]] = []
-
-
-def early(argv: list[str]) -> None:
-    """For ``outlast worker …`` (a process pool), start its job processes before the command
-    line is parsed and the pool imported: the verb takes them if they fit what it parses
-    (:func:`take`), else kills them. Reads only ``-c/--concurrency N``, ``--import M``,
-    ``--store URL`` and the flags that take no value; anything else, and nothing starts."""
-    if argv[:1] != ["worker"]:
-        return
-    n, url, imports = 1, os.environ.get("OUTLAST_STORE") or None, []
-    rest = iter(argv[1:])
-    for arg in rest:
-        name, eq, value = arg.partition("=")
-        if name in ("-c", "--concurrency", "--import", "--store"):
-            value = value if eq else next(rest, "")
-            if name == "--import":
-                imports.append(value)
-            elif name == "--store":
-                url = value or None
-            elif value.isdigit() and 0 < int(value) <= 64:
-                n = int(value)
-            else:
-                return
-        elif name == "--grace":
-            if not eq:
-                next(rest, None)
-        elif arg != "--burst":
-            return  # --async, --queue, --help, anything else: the verb starts them
-    EARLY.append((url, imports, spawn_many(n, url, imports)))
-
-
-def take(n: int, url: str | None, imports: list[str]) -> list[Booting]:
-    """The job processes :func:`early` started, if they were started for this pool (the
-    same store and imports; at most ``n``); the others are killed."""
-    taken: list[Booting] = []
-    while EARLY:
-        for_url, for_imports, processes = EARLY.pop()
-        if for_url == url and for_imports == imports:
-            taken, processes = processes[:n], processes[n:]
-        for unused in processes:
-            unused.kill()
-    return taken

@@ -13,10 +13,6 @@ def main(argv: list[str] | None = None) -> None:
         code = status(args)
         if code is not None:
             sys.exit(code)
-    if args[:1] == ["worker"]:  # its job processes boot while click and the pool import
-        from outlast import boot
-
-        boot.early(args)
     from outlast.cli.app import run_cli
 
     run_cli(args, quick_exit=argv is None)

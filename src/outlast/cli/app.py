@@ -1133,14 +1133,9 @@ def worker(
 
         processed = serve_async(*args)
     else:
-        from outlast import boot
-
-        # the job processes boot while this one imports the pool and opens the store
-        booted = boot.take(concurrency, store_url, list(imports))
-        booted += boot.spawn_many(concurrency - len(booted), store_url, list(imports))
         from outlast.run.pool import serve_forever
 
-        processed = serve_forever(*args, booted=booted)
+        processed = serve_forever(*args)  # its job processes forked once it has imported
     click.echo(f"outlast worker: {processed} job(s) processed", err=True)
 
 

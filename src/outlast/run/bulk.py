@@ -23,6 +23,8 @@ from outlast.store import Store, Task
 
 #: Jobs one call may queue at most (a file is read and checked whole before it is written).
 MANY_MAX = 1_000_000
+#: The keys of a line that are its call (a line of only these shares the batch's options).
+_CALL_KEYS = frozenset({"args", "kwargs", "payload"})
 #: The keys a line of ``submit --from-file`` (or a job of ``POST /jobs:batch``) may have.
 LINE_KEYS = frozenset(
     {"args", "kwargs", "payload", "queue", "labels", "priority", "delay", "timeout", "unique_key"}
@@ -61,7 +63,7 @@ def create_lines(store: Store, name: str, lines: Iterable[Mapping[str, Any]]) ->
         made.append(_numbered(n, lambda line=line: _fields_of_line(spec, line)))
     if not made:
         raise InvalidInput("no jobs given")
-    return store.create_many(made)
+    return store.create_many(made, common=shared_fields(spec))
 
 
 def read_jsonl(text: str) -> list[dict[str, Any]]:
@@ -117,12 +119,16 @@ def _call_of(spec: JobSpec, item: Any, limit_key: str | None) -> dict[str, Any]:
 
 
 def _fields_of_line(spec: JobSpec, line: Mapping[str, Any]) -> dict[str, Any]:
+    """A line's fields: only its call's when it gives no options (the batch's shared fields
+    are the job's own: checked once), else every field."""
     unknown = sorted(set(line) - LINE_KEYS)
     if unknown:
         raise InvalidInput(f"unknown keys {unknown} (known: {sorted(LINE_KEYS)})")
     args, kwargs, payload = line.get("args", []), line.get("kwargs", {}), line.get("payload")
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise InvalidInput("args is a list and kwargs an object")
+    if _CALL_KEYS.issuperset(line):
+        return call_fields(spec, args, kwargs, payload)
     labels = line.get("labels")
     if labels is not None and not (
         isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())

@@ -100,6 +100,17 @@ def main(argv: list[str]) -> int:
             return 1  # the pool died meanwhile: its jobs are for whoever reconciles them
 
 
+def preload() -> None:
+    """Import what :func:`main` imports as it starts (a pool that forks its job processes
+    does this once, before the fork)."""
+    import outlast.codec
+    import outlast.run.capture
+    import outlast.run.context
+    import outlast.run.execute
+    import outlast.run.procs
+    import outlast.store  # noqa: F401
+
+
 def _start(journal: Journal, key: tuple[str, int], pool_pid: int) -> bool:
     """Journal the start; False (the function is not called, the attempt is given back) if
     that failed, or if the pool died meanwhile: not killed with it while the record was on

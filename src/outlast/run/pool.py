@@ -88,7 +88,7 @@ class Pool:
     ) -> None:
         """``maintain``: take part in the election of the store's maintainer (a pool that
         wins reconciles the jobs of dead workers for everyone). ``booted``: job processes
-        started for this pool before it (:func:`outlast.boot.spawn_many`), used first."""
+        started for this pool before it (:func:`fork_job_processes`), used first."""
         if not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidInput(f"concurrency must be a whole number >= 1, not {concurrency!r}")
         for queue in queues or []:
@@ -610,6 +610,29 @@ class Pool:
                 journal.discard()
 
 
+def fork_job_processes(n: int, url: str | None, imports: list[str]) -> list[boot.Booting]:
+    """The pool's first ``n`` job processes, forked from this process before it opens its
+    store (see :mod:`outlast.boot`): what they need is imported here first, once (the
+    store's driver, the job process's modules). Spawned instead when this process already
+    has threads."""
+    if not boot.can_fork():
+        return boot.spawn_many(n, url, imports)
+    from outlast.run import jobproc
+    from outlast.store import store_class
+
+    store_class(url)
+    jobproc.preload()
+    started: list[boot.Booting] = []
+    try:
+        for _ in range(n):
+            started.append(boot.fork(jobproc.main, url, imports))
+    except BaseException:
+        for booting in started:
+            booting.kill()
+        raise
+    return started
+
+
 def serve_forever(
     url: str | None,
     concurrency: int,
@@ -621,7 +644,7 @@ def serve_forever(
 ) -> int:
     """Run a pool with signal handling; returns the number of attempts processed.
     ``booted``: job processes started for it already (killed if it does not use them)."""
-    booted = booted if booted is not None else []
+    booted = booted if booted is not None else fork_job_processes(concurrency, url, imports)
     try:
         with pool_store(url, imports) as store:
             pool = Pool(store, concurrency, queues, imports, burst, grace, booted=booted)

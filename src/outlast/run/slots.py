@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
+from outlast.boot import Process
 from outlast.store import Store, Task
 
 log = logging.getLogger("outlast.worker")
@@ -44,7 +45,7 @@ class Outage:
 class JobProcess:
     """A job process and a pidfd that becomes readable when it exits."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(self, popen: Process) -> None:
         self.popen = popen
         self.pid = popen.pid
         self.sentinel = os.pidfd_open(popen.pid)

@@ -7,6 +7,7 @@ URLs: ``sqlite:///abs/path.db``, ``files:///abs/dir``, ``postgresql://…``. Wit
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from outlast import config, paths
 from outlast.errors import InvalidInput
@@ -55,6 +56,27 @@ def default_url() -> str:
     return paths.default_store_url()
 
 
+def store_class(url: str | None = None) -> type[Store]:
+    """The class of the store at ``url`` (its module, and a database's driver, imported);
+    raises :class:`InvalidInput` for a URL no store takes, or a missing driver."""
+    scheme, _ = paths.normalize_store_url(url or config.store_url() or default_url())
+    if scheme == "sqlite":
+        from outlast.store.sqlite import SQLiteStore
+
+        return SQLiteStore
+    if scheme == "files":
+        from outlast.store.files import FilesStore
+
+        return FilesStore
+    try:
+        from outlast.store.postgresql import PostgresStore
+    except ImportError as exc:
+        raise InvalidInput(
+            f"the PostgreSQL store is not available ({exc}); pip install 'outlast[postgres]'"
+        ) from exc
+    return PostgresStore
+
+
 def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """Open the store at ``url`` (or ``$OUTLAST_STORE``, or the default SQLite file).
 
@@ -67,18 +89,6 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
         raise InvalidInput(
             f"no {scheme} store at {where} (nothing was created); check --store or $OUTLAST_STORE"
         )
-    if scheme == "sqlite":
-        from outlast.store.sqlite import SQLiteStore
-
-        return SQLiteStore(where)
-    if scheme == "files":
-        from outlast.store.files import FilesStore
-
-        return FilesStore(where)
-    try:
-        from outlast.store.postgresql import PostgresStore
-    except ImportError as exc:
-        raise InvalidInput(
-            f"the PostgreSQL store is not available ({exc}); pip install 'outlast[postgres]'"
-        ) from exc
-    return PostgresStore(where, create=create)
+    cls: Any = store_class(url)  # each engine's own constructor
+    store: Store = cls(where) if scheme in ("sqlite", "files") else cls(where, create=create)
+    return store
