@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -131,10 +131,16 @@ def spawn_many(n: int, url: str | None, imports: list[str]) -> list[Booting]:
     return started
 
 
-def fork(main: Callable[[list[str]], int], url: str | None, imports: list[str]) -> Booting:
+def fork(
+    main: Callable[[list[str]], int],
+    url: str | None,
+    imports: list[str],
+    siblings: Sequence[Booting] = (),
+) -> Booting:
     """Fork one job process that runs ``main`` (:func:`outlast.run.jobproc.main`) with the
     argv a spawned one gets, then exits; for a process with no other thread (the caller
-    checks: :func:`can_fork`)."""
+    checks: :func:`can_fork`). ``siblings``: the job processes forked before it, whose
+    sockets (the pool's ends) the child closes: it must not keep them open for them."""
     ours, theirs = socket.socketpair()
     parent = os.getpid()
     sys.stdout.flush()
@@ -144,6 +150,8 @@ def fork(main: Callable[[list[str]], int], url: str | None, imports: list[str]) 
         code = 1
         try:
             ours.close()
+            for sibling in siblings:
+                sibling.sock.close()
             devnull = os.open(os.devnull, os.O_RDONLY)
             os.dup2(devnull, 0)
             os.close(devnull)

@@ -8,6 +8,7 @@ import random
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -178,3 +179,43 @@ def test_long_jobs_are_not_claimed_ahead(pool: Harness) -> None:
         time.sleep(0.02)
     assert most >= 1 and most <= 2, f"{most} jobs were running at once with -c 1"
     assert all(pool.wait_for(j, timeout=30).status == Status.SUCCEEDED for j in jobs)
+
+
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def _sockets(pid: int) -> set[str]:
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:"):
+            found.add(link)
+    return found
+
+
+@pytest.mark.timeout(60)
+def test_the_first_job_processes_are_forked_and_a_replacement_spawned(pool: Harness) -> None:
+    """``outlast worker -c 2`` forks its two job processes (their command line is the pool's:
+    no interpreter started, nothing imported again); neither keeps a socket of the pool's
+    open (the second would hold the pool's end of the first's).
+    A job process that dies is replaced by a spawned one (``python -m outlast.run.jobproc``)."""
+    worker = pool.worker("-c", "2")
+    assert pool.wait_for(pool.submit("pt.noop", 1), timeout=30).status == Status.SUCCEEDED
+    children = until(lambda: len(worker.children()) == 2 and worker.children(), 10, "two")
+    pool_cmdline = _cmdline(worker.pid)
+    for pid in children:
+        assert _cmdline(pid) == pool_cmdline
+    pools = _sockets(worker.pid)  # its ends of the job processes' sockets among them
+    for pid in children:  # each holds its own end, and none of the pool's
+        assert _sockets(pid) and not _sockets(pid) & pools, (pid, _sockets(pid), pools)
+    out = pool.tmp / "poison.txt"
+    pool.wait_for(pool.submit("pt.poison", str(out)), {Status.FAILED}, timeout=30)
+    fresh = until(
+        lambda: [p for p in worker.children() if p not in children] or None, 10, "a new one"
+    )
+    assert all(b"outlast.run.jobproc" in _cmdline(p) for p in fresh)
+    assert pool.wait_for(pool.submit("pt.noop", 2), timeout=30).status == Status.SUCCEEDED

@@ -625,7 +625,7 @@ def fork_job_processes(n: int, url: str | None, imports: list[str]) -> list[boot
     started: list[boot.Booting] = []
     try:
         for _ in range(n):
-            started.append(boot.fork(jobproc.main, url, imports))
+            started.append(boot.fork(jobproc.main, url, imports, started))
     except BaseException:
         for booting in started:
             booting.kill()
