@@ -1,13 +1,14 @@
 """A pool's job process: runs the jobs its pool sends, one at a time, until told to stop.
 
-Started by the pool (:mod:`outlast.boot`) as ``python -m outlast.run.jobproc FD STORE_URL
-[MODULE…]`` (not through multiprocessing, which would re-import the user's ``__main__``), often
-before the pool has opened its store. ``FD`` is its end of a socket pair: once booted it reads
-the pool's introduction there (the pool's name and token, and the descriptor of its liveness
-lock, see :meth:`outlast.store.Store.liveness_fd`, held so that the pool's jobs stay alive
-while this process lives), says ``"ready"``, then takes ``(job_id, attempt, document, acked)``
-in and sends the attempt's outcome back. The document is the job as claimed, so a job starts
-without reading the store.
+Forked by the pool once it has imported what this needs (:func:`outlast.boot.fork`, which
+calls :func:`main`), or spawned as ``python -m outlast.run.jobproc FD STORE_URL [MODULE…]``
+(a replacement; not through multiprocessing, which would re-import the user's ``__main__``);
+either way before the pool has opened its store. ``FD`` is its end of a socket pair: once
+booted it reads the pool's introduction there (the pool's name and token, and the descriptor
+of its liveness lock, see :meth:`outlast.store.Store.liveness_fd`, held so that the pool's jobs
+stay alive while this process lives), says ``"ready"``, then takes ``(job_id, attempt,
+document, acked)`` in and sends the attempt's outcome back. The document is the job as
+claimed, so a job starts without reading the store.
 
 Around the call the process journals the attempt's start and its outcome (``JOURNAL`` names the
 pool and its token; see :mod:`outlast.store.journal`), so a pool killed at any moment neither
