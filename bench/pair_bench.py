@@ -1,0 +1,173 @@
+"""Before/after, paired (issue #18): the same figure from two copies of outlast's source, run
+alternately, medians. How this session's changes were measured (BENCHMARKS.md).
+
+    python bench/pair_bench.py latency|first BEFORE_SRC AFTER_SRC [--store sqlite|postgresql]
+        [--reps 5] [--jobs 200] [--pg postgresql://postgres@127.0.0.1:5432/test]
+
+A source is a folder holding the ``outlast`` package (e.g. ``git worktree add /tmp/before
+HEAD~1`` then ``/tmp/before/src``); each run puts it first on ``PYTHONPATH`` (the editable
+install's path comes after it) and compiles it first.
+
+- ``latency``: one ``outlast worker -c 2``, then ``--jobs`` sequential no-op jobs (after 10
+  unmeasured): submit→start from before the ``submit`` call to the job's first line, and
+  finish→seen from the job's return to a ``store.get`` poll (every 1 ms) seeing it done; p50.
+- ``first``: one pending job, then ``outlast worker -c 2`` started; from just before the start
+  to a poll (every 5 ms) seeing the job done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+JOBS = """
+import time
+
+import outlast
+
+
+@outlast.job(name="pair.stamp", attempts=1)
+def stamp() -> list:
+    start = time.time()
+    return [start, time.time()]
+"""
+LATENCY = """
+import json, os, statistics, sys, time
+import outlast, pair_jobs
+from outlast.model import Status
+store = outlast.use_store(os.environ["OUTLAST_STORE"])
+n = int(sys.argv[1])
+time.sleep(1.5)  # the worker up and idle
+starts, seen = [], []
+for i in range(n + 10):
+    t0 = time.time()
+    task = pair_jobs.stamp.submit()
+    while (state := store.get(task.id)).status != Status.SUCCEEDED:
+        time.sleep(0.001)
+    done = time.time()
+    began, ended = state.result
+    if i >= 10:
+        starts.append(began - t0)
+        seen.append(done - ended)
+print(json.dumps([statistics.median(starts) * 1e3, statistics.median(seen) * 1e3]))
+"""
+FIRST = """
+import json, os, sys, time
+import outlast
+from outlast.model import Status
+store = outlast.open_store(os.environ["OUTLAST_STORE"])
+[job] = store.list()
+print("ready", flush=True)
+sys.stdin.readline()
+t0 = time.monotonic()
+while store.get(job.id).status != Status.SUCCEEDED:
+    time.sleep(0.005)
+print(json.dumps([(time.monotonic() - t0) * 1e3]), flush=True)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("figure", choices=["latency", "first"])
+    parser.add_argument("before")
+    parser.add_argument("after")
+    parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    args = parser.parse_args()
+    trees = [os.path.abspath(args.before), os.path.abspath(args.after)]
+    for tree in trees:
+        if not os.path.isdir(os.path.join(tree, "outlast")):
+            parser.error(f"{tree}: no outlast package there")
+        compileall.compile_dir(tree, quiet=1)
+    work = Path(tempfile.mkdtemp(prefix="outlast-pair-"))
+    (work / "pair_jobs.py").write_text(JOBS)
+    results: dict[str, list[list[float]]] = {tree: [] for tree in trees}
+    print(f"load at the start {os.getloadavg()}")
+    for rep in range(args.reps):
+        for tree in trees if rep % 2 == 0 else trees[::-1]:
+            results[tree].append(_one(args, tree, work))
+    names = ["submit→start p50 ms", "finish→seen p50 ms"] if args.figure == "latency" else ["ms"]
+    for label, tree in zip(("before", "after"), trees, strict=True):
+        runs = results[tree]
+        figures = ", ".join(
+            f"{name} {statistics.median(r[i] for r in runs):.2f}" for i, name in enumerate(names)
+        )
+        print(f"{label:6s} {tree}: {figures}   runs {[[round(x, 2) for x in r] for r in runs]}")
+    print(f"load at the end {os.getloadavg()}")
+
+
+def _one(args: argparse.Namespace, tree: str, work: Path) -> list[float]:
+    if args.store == "sqlite":
+        url, schema = f"sqlite://{tempfile.mkdtemp(dir=work)}/s.db", None
+    else:
+        schema = f"pair_{uuid.uuid4().hex[:12]}"
+        url = f"{args.pg}?schema={schema}"
+    env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{work}", OUTLAST_STORE=url)
+    py = sys.executable
+    try:
+        if args.figure == "latency":
+            setup = "import outlast, os; outlast.use_store(os.environ['OUTLAST_STORE'])"
+            subprocess.run([py, "-c", setup], env=env, check=True)
+            worker = _worker(env)
+            try:
+                out = subprocess.run(
+                    [py, "-c", LATENCY, str(args.jobs)], env=env, capture_output=True, check=True
+                ).stdout
+            finally:
+                _stop(worker)
+            figures: list[float] = json.loads(out)
+            return figures
+        setup = (
+            "import outlast, os, pair_jobs; outlast.use_store(os.environ['OUTLAST_STORE']);"
+            " pair_jobs.stamp.submit()"
+        )
+        subprocess.run([py, "-c", setup], env=env, check=True)
+        poll = subprocess.Popen(
+            [py, "-c", FIRST], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert poll.stdin is not None and poll.stdout is not None
+        assert poll.stdout.readline().strip() == "ready"
+        poll.stdin.write("go\n")
+        poll.stdin.flush()
+        worker = _worker(env)
+        try:
+            took: list[float] = json.loads(poll.stdout.readline())
+        finally:
+            _stop(worker)
+            poll.wait()
+        return took
+    finally:
+        if schema is not None:
+            import psycopg
+
+            with psycopg.connect(args.pg, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "outlast", "worker", "-c", "2", "--import", "pair_jobs"]
+    return subprocess.Popen(argv, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+
+
+def _stop(worker: subprocess.Popen[bytes]) -> None:
+    os.killpg(worker.pid, signal.SIGTERM)
+    try:
+        worker.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+
+
+if __name__ == "__main__":
+    main()
