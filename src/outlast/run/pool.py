@@ -549,7 +549,7 @@ class Pool:
         if listener.fileno() is None or listener.fileno() in ready:
             claimable = listener.drain()
             # a running job changed (a cancel?): look soon; not for the pool's own writes
-            if busy and self._check_at is None and getattr(listener, "by_others", True):
+            if busy and self._check_at is None and listener.by_others:
                 self._check_at = time.monotonic() + CHECK_EVERY
         self._handle_ready(ready)
         self._handle_deadlines()

@@ -43,8 +43,8 @@ class PgListener:
         self._conn: Conn | None = None  # before anything can fail: __del__ reads it
         self._closed = False
         self._retry_at, self._delay = 0.0, self.RETRY_MIN
-        #: After :meth:`drain`: whether a job's notification came from another process
-        #: (or the listener cannot tell); one of this process's own writes is not news to it.
+        #: See :class:`outlast.store.Listener`: from ``Notify.pid``, against the backends of
+        #: this store object's open connections.
         self.by_others = True
         self._subscribe()
         on_fork(self)

@@ -103,6 +103,11 @@ class Capabilities:
 class Listener(Protocol):
     """Wakes a waiter when the store changes. Arm it, check your condition, then ``wait``."""
 
+    #: After ``drain``: False when every job notification it consumed was this store
+    #: object's own write (a pool need not look for a cancel); True when one came from
+    #: elsewhere, or the listener cannot tell.
+    by_others: bool
+
     def wait(self, timeout: float | None) -> bool: ...
     def fileno(self) -> int | None: ...
     def drain(self) -> bool:

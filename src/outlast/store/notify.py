@@ -177,6 +177,9 @@ class Listener:
     Its ``fileno()`` is an eventfd the process's watcher writes to (select on it, or use
     :meth:`wait`); where there is no watcher it is None and :meth:`wait` polls."""
 
+    #: A pulse does not say who wrote it (see :class:`outlast.store.Listener`).
+    by_others = True
+
     def __init__(self, directory: Path, channels: tuple[str, ...]) -> None:
         self.channels = channels
         self._fd: int | None = None
