@@ -1,6 +1,7 @@
 """The migration that added the name search and the timeline's columns (SQLite's schema
 version 6, PostgreSQL's 7): a store written by the version before reads, searches and
-counts its old jobs as if they were new, and goes on working."""
+counts its old jobs as if they were new, and goes on working (through every migration
+after it too)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from outlast.store import sqlite as sq
 from outlast.store.sql import Dialect, SqlStore
 from tests.pg import support
 
+#: The schema versions before the search's migration.
+SQLITE_BEFORE, POSTGRESQL_BEFORE = 5, 6
 _OLD_COLUMNS = (
     "status, kind, queue, worker, run_after, created_at, finished_at, expires_at, priority,"
     " retry_of, unique_key, limit_key, limit_slots, doc, id"
@@ -67,7 +70,7 @@ def test_a_sqlite_store_of_the_version_before(tmp_path: Path) -> None:
     tmp_path.chmod(0o700)
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
-    before = sq.MIGRATIONS[: sq.SCHEMA_VERSION - 1]
+    before = sq.MIGRATIONS[:SQLITE_BEFORE]
     for statements in before:
         for statement in statements:
             assert isinstance(statement, str)  # the old versions are statements only
@@ -103,7 +106,7 @@ def test_a_postgresql_store_of_the_version_before() -> None:
     states = _old_jobs()
     try:
         with support.connect() as conn:
-            _pg.migrate(conn, schema, steps[:-1])
+            _pg.migrate(conn, schema, steps[:POSTGRESQL_BEFORE])
             d = pg.dialect(schema)
             for s in states:
                 columns = _columns(d, s)

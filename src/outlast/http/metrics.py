@@ -6,7 +6,8 @@ every host that shares the store; nothing is counted in this process. Hence the 
 gauges of what the store holds now (jobs by queue, status and kind; the oldest due job per
 queue; busy workers; schedules), and, for the jobs that finished in the last window
 (``outlast_window_seconds``, one hour), their number by kind and outcome and histograms of
-their wait (from creation to their last start) and run times. These are snapshots of a
+their wait (from creation to their last start) and run times (of the most recent
+``RECENT_MAX``: a sample that keeps a scrape cheap at any throughput). These are snapshots of a
 sliding window, not counters: read them as they are (``histogram_quantile`` works; ``rate``
 does not).
 """
@@ -19,7 +20,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from outlast.store.stats import Stats
+from outlast.store.stats import RECENT_MAX, Stats
 
 __all__ = ["CONTENT_TYPE_LATEST", "render"]
 
@@ -64,20 +65,19 @@ class _Snapshot:
             "Jobs that finished in the window, by kind and outcome.",
             labels=["kind", "status"],
         )
-        counts: dict[tuple[str, str], int] = {}
-        for kind, status, _, _ in s.recent:
-            counts[(kind, status)] = counts.get((kind, status), 0) + 1
-        for (kind, status), n in sorted(counts.items()):
+        for (kind, status), n in sorted(s.finished.items()):
             finished.add_metric([kind, status], n)
         yield finished
         yield _histogram(
             "outlast_recent_wait_seconds",
-            "Time the jobs that finished in the window waited, from creation to their last start.",
+            "Time the jobs that finished in the window waited, from creation to their last"
+            f" start (the most recent {RECENT_MAX:,} of them).",
             [w for _, _, w, _ in s.recent],
         )
         yield _histogram(
             "outlast_recent_run_seconds",
-            "Time the jobs that finished in the window ran (their last attempt).",
+            "Time the jobs that finished in the window ran, their last attempt (the most"
+            f" recent {RECENT_MAX:,} of them).",
             [r for _, _, _, r in s.recent],
         )
         yield GaugeMetricFamily(

@@ -363,25 +363,44 @@ class Store(abc.ABC):
     def workers(self) -> builtins.list[dict[str, Any]]:
         """The live workers of the registry, with ``jobs``: how many running jobs each
         holds. Records of dead workers are removed as they are found."""
-        running: dict[str, int] = {}
-        for state in self.list(status=Status.RUNNING, limit=None):
-            if state.worker:
-                running[state.worker] = running.get(state.worker, 0) + 1
-        found = []
+        return self._live_workers(self._running_by_worker())
+
+    def _live_workers(self, running: dict[str, int]) -> builtins.list[dict[str, Any]]:
+        docs: dict[str, dict[str, Any] | None] = {}
         for name, raw in self._worker_docs():
             try:
                 doc = json.loads(raw)
-                job = doc.get("job")
-                alive = self.worker_holds(job) if job else self._registry_alive(name)
-            except (ValueError, TypeError, AttributeError, InvalidInput):
-                alive, doc = False, {}
-            if not alive:
+                docs[name] = doc if isinstance(doc, dict) else None
+            except ValueError:
+                docs[name] = None
+        own = [n for n, doc in docs.items() if doc is not None and not doc.get("job")]
+        alive = self._registry_alive_many(own)
+        found = []
+        for name, doc in docs.items():
+            try:
+                job = doc.get("job") if doc is not None else None
+                live = doc is not None and (self.worker_holds(job) if job else alive[name])
+            except (TypeError, AttributeError, InvalidInput):
+                live = False
+            if not live or doc is None:
                 with contextlib.suppress(OutlastError):
                     self._drop_worker(name)
                 continue
             doc["jobs"] = running.get(name, 0)
             found.append(doc)
         return sorted(found, key=lambda d: (d.get("kind", ""), d.get("name", "")))
+
+    def _running_by_worker(self) -> dict[str, int]:
+        """How many running jobs each worker holds (one grouped read on the SQL stores)."""
+        running: dict[str, int] = {}
+        for state in self.list(status=Status.RUNNING, limit=None):
+            if state.worker:
+                running[state.worker] = running.get(state.worker, 0) + 1
+        return running
+
+    def _registry_alive_many(self, names: builtins.list[str]) -> dict[str, bool]:
+        """:meth:`_registry_alive` of each of ``names`` (PostgreSQL: one read of its locks)."""
+        return {name: self._registry_alive(name) for name in names}
 
     def _hold_registry(self, name: str) -> None:
         """Hold the lock that says this process lives (the local stores' liveness lock)."""
@@ -415,8 +434,10 @@ class Store(abc.ABC):
         jobs that finished in the last ``window`` seconds, busy workers, due schedules."""
         if not isinstance(window, int | float) or not window > 0:
             raise InvalidInput(f"window must be a number of seconds > 0, not {window!r}")
+        running = self._running_by_worker()
         stats = self._stats(utcnow(), float(window))
-        for worker in self.workers():
+        stats.busy_workers = len(running)
+        for worker in self._live_workers(running):
             stats.workers[str(worker.get("kind"))] += 1
         return stats
 

@@ -67,6 +67,8 @@ from outlast.store.base import (
 from outlast.store.common import disk_full, log, make_private_dir, translated
 from outlast.store.journal import Journal
 from outlast.store.query import Filter
+from outlast.store.stats import Stats
+from outlast.store.stats import from_states as stats_from_states
 
 #: ``<x>.worker``'s short lock would be ``<x>``'s worker lock, so no job here has that name.
 _RESERVED = ".worker"
@@ -556,6 +558,22 @@ class FilesStore(_local.LocalStore):
                 if query.matches(state):  # it may have moved on since the scan
                     states.append(state)
             return states
+
+    def _running_by_worker(self) -> dict[str, int]:
+        with self._translated("count running jobs"):
+            entries = self._scan(claiming=True)
+        running: dict[str, int] = {}
+        for e in entries:
+            if e.status == Status.RUNNING and e.worker:
+                running[e.worker] = running.get(e.worker, 0) + 1
+        return running
+
+    def _stats(self, now: datetime, window: float) -> Stats:
+        """From the scan's index of every document (a document seen finished is not even
+        looked at again)."""
+        with self._translated("stats"):
+            entries = self._scan(claiming=True)
+        return stats_from_states(entries, now, window, self.schedules())
 
     def _finished_since(self, since: datetime, until: datetime) -> list[tuple[float, str, float]]:
         """From the scan's index of every document (none is parsed again)."""

@@ -60,7 +60,7 @@ from outlast.errors import InvalidInput, OutlastError, StoreError
 from outlast.ids import check_id
 from outlast.machine import Outcome
 from outlast.model import TERMINAL, JobState, Kind
-from outlast.store import _pg, _pglog
+from outlast.store import _counts, _pg, _pglog
 from outlast.store._pg import Conn
 from outlast.store._pglisten import PgListener
 from outlast.store._pglocks import HELD_SQL, AdvisoryLocks, PgMaintenance, lock_key, lock_pair
@@ -170,6 +170,8 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
             name_index(d),
             f'CREATE INDEX IF NOT EXISTS jobs_id_bytes ON {d.jobs} (id COLLATE "C")',
         ],
+        # jobs counted by queue, status and kind as they change (Store.stats)
+        [*_counts.pg_statements(schema)],
     ]
 
 
@@ -305,6 +307,21 @@ class PostgresStore(AdvisoryLocks, SqlStore):
     def _query(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with self._session(what) as conn:
             return conn.execute(sql, params or None).fetchall()
+
+    def _job_counts(self) -> list[Row]:
+        with self._session("count jobs") as conn:
+            conn.execute(_counts.pg_fold(self.schema))
+            return conn.execute(_counts.pg_read(self.schema)).fetchall()
+
+    def prune(
+        self, now: datetime | None = None, keep: float | None = None, limit: int = 500
+    ) -> list[str]:
+        """:meth:`Store.prune`, and the job counts' changes folded (the maintainer prunes
+        once a minute: the changes a stats read sums stay few even when nobody reads)."""
+        removed = super().prune(now, keep, limit)
+        with self._session("fold the job counts") as conn:
+            conn.execute(_counts.pg_fold(self.schema))
+        return removed
 
     def _extra_columns(self, state: JobState) -> dict[str, Any]:
         return {**super()._extra_columns(state), "lock_key": lock_key(self.schema, state.id)}
@@ -490,6 +507,22 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             lock = PgMaintenance(self._db, lock_key(self.schema, f"\0worker:{name}"))
             lock.try_acquire()
             self._registry_locks[name] = lock
+
+    def _registry_alive_many(self, names: list[str]) -> dict[str, bool]:
+        if len(names) < 2:
+            return {name: self._registry_alive(name) for name in names}
+        rows = self._query(
+            "check the workers",
+            "SELECT l.classid::int8, l.objid::int8 FROM pg_locks l WHERE l.locktype = 'advisory'"
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND l.objsubid IN (1, 2) AND l.granted",
+        )
+        held = {(int(c), int(o)) for c, o in rows}
+        found = {}
+        for name in names:
+            key = lock_key(self.schema, f"\0worker:{name}")
+            found[name] = ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF) in held
+        return found
 
     def _registry_alive(self, name: str) -> bool:
         key = lock_key(self.schema, f"\0worker:{name}")

@@ -37,6 +37,7 @@ from outlast.model import (
     utcnow,
 )
 from outlast.store import _sqllist as listing
+from outlast.store import stats as stats_module
 from outlast.store.base import (
     REMOVE,
     Applied,
@@ -49,7 +50,7 @@ from outlast.store.base import (
 )
 from outlast.store.common import decode_listing, log
 from outlast.store.query import Filter, fold
-from outlast.store.stats import RECENT_MAX, Stats, add_schedules
+from outlast.store.stats import Stats, add_schedules
 
 Row = tuple[Any, ...]
 #: ``(state before, state after, seq before, new events)`` of one job in one transaction.
@@ -143,6 +144,11 @@ class Dialect:
         """``column`` compared byte by byte (SQLite's own order; on PostgreSQL the "C"
         collation, which ``jobs_id_bytes`` keeps whatever the database's own is)."""
         return column if self.name == "sqlite" else f'{column} COLLATE "C"'
+
+    def using(self, index: str) -> str:
+        """Said after a table: the read goes through ``index`` (SQLite's planner, without
+        statistics, may take a wider one; PostgreSQL's has them)."""
+        return f" INDEXED BY {index}" if self.name == "sqlite" else ""
 
     def seconds(self, column: str) -> str:
         """A time column as seconds since the epoch (SQLite: to the millisecond, what its
@@ -323,7 +329,9 @@ ROOM = (
     " WHERE l.key = j.limit_key), j.limit_slots, 1))"
 )
 #: The order claims take due jobs in (and the ``jobs_due`` index of both engines).
-CLAIM_ORDER = "priority DESC, COALESCE(run_after, created_at), id"
+#: When a pending job is due.
+DUE = "COALESCE(run_after, created_at)"
+CLAIM_ORDER = f"priority DESC, {DUE}, id"
 #: Jobs a worker may hold: running, or pending and bound to the worker that will retry them
 #: (a running job always names its worker). Both engines index exactly these (``jobs_live``).
 LIVE = "worker IS NOT NULL AND status IN ('running', 'pending')"
@@ -529,33 +537,49 @@ class SqlStore(Store):
         return self._decode(job_id, rows[0][0])
 
     def _stats(self, now: datetime, window: float) -> Stats:
-        """Three grouped, indexed reads: counts and the oldest due job by queue, status and
-        kind; the jobs finished in the window (the most recent ``RECENT_MAX``); the workers
-        running jobs."""
+        """Reads whose cost does not grow with the jobs the store keeps: the counts the
+        engine keeps by queue, status and kind (:mod:`outlast.store._counts`); the oldest due
+        job per queue that waits for a pool (``jobs_due`` alone); the jobs finished in the
+        window by kind and outcome, and the times of the most recent ``RECENT_MAX`` of them
+        (``jobs_finished``, no document read)."""
         d = self.dialect
         stats = Stats(at=now, window=window)
-        due = "COALESCE(run_after, created_at)"
-        sql = d.sql(
-            f"SELECT queue, status, kind, count(*), min(CASE WHEN status = 'pending' AND"
-            f" (run_after IS NULL OR run_after <= ?) THEN {due} END)"
-            " FROM {jobs} GROUP BY queue, status, kind"
-        )
-        for queue, status, kind, count, oldest in self._query("stats", sql, (d.time(now),)):
+        for queue, status, kind, count in self._job_counts():
             stats.jobs[(queue, status, kind)] += int(count)
+        sql = d.sql(
+            f"SELECT queue, min({DUE}) FROM {{jobs}}{d.using('jobs_due')}"
+            f" WHERE {CLAIMABLE} AND {DUE} <= ?"
+            " GROUP BY queue"
+        )
+        for queue, oldest in self._query("stats", sql, (d.time(now),)):
             oldest_at = _as_time(oldest)
             if oldest_at is not None:
-                since = (now - oldest_at).total_seconds()
-                stats.oldest_due[queue] = max(stats.oldest_due.get(queue, 0.0), since)
+                stats.oldest_due[queue] = max(0.0, (now - oldest_at).total_seconds())
         since = d.time(now - timedelta(seconds=window))
         sql = d.sql(
-            "SELECT id, doc FROM {jobs} WHERE finished_at >= ?"
-            f" ORDER BY finished_at DESC LIMIT {RECENT_MAX}"
+            "SELECT kind, status, count(*) FROM {jobs} WHERE finished_at >= ? GROUP BY kind, status"
         )
-        stats.add_recent(decode_listing(self._query("stats", sql, (since,))))
-        sql = d.sql("SELECT count(DISTINCT worker) FROM {jobs} WHERE status = 'running'")
-        stats.busy_workers = int(self._query("stats", sql)[0][0])
+        for kind, status, count in self._query("stats", sql, (since,)):
+            stats.finished[(kind, status)] += int(count)
+        started = "COALESCE(started_at, finished_at)"
+        sql = d.sql(
+            f"SELECT kind, status, {d.between('created_at', started)},"
+            f" {d.between(started, 'finished_at')} FROM {{jobs}} WHERE finished_at >= ?"
+            f" ORDER BY finished_at DESC LIMIT {stats_module.RECENT_MAX}"
+        )
+        for kind, status, waited, ran in self._query("stats", sql, (since,)):
+            stats.recent.append((kind, status, max(0.0, float(waited)), max(0.0, float(ran))))
         add_schedules(stats, self.schedules(), now)
         return stats
+
+    def _running_by_worker(self) -> dict[str, int]:
+        sql = "SELECT worker, count(*) FROM {jobs} WHERE status = 'running' GROUP BY worker"
+        rows = self._query("count running jobs", self.dialect.sql(sql))
+        return {worker: int(n) for worker, n in rows if worker}
+
+    def _job_counts(self) -> list[Row]:
+        """``(queue, status, kind, jobs)`` of every key with jobs, as the engine counts them."""
+        raise NotImplementedError
 
     def _finished_since(self, since: datetime, until: datetime) -> list[Row]:
         """One read of three numbers per job through ``jobs_finished`` (no document; a

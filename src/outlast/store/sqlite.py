@@ -37,7 +37,7 @@ from typing import Any
 
 from outlast import codec, paths
 from outlast.model import JobState, Kind
-from outlast.store import _local
+from outlast.store import _counts, _local
 from outlast.store.common import disk_full, make_private_dir, translated
 from outlast.store.journal import Journal
 from outlast.store.sql import (
@@ -103,6 +103,14 @@ MIGRATIONS: tuple[tuple[str | Step, ...], ...] = (
         # the timeline reads finished jobs from the index alone (written once, as they end)
         "DROP INDEX IF EXISTS jobs_finished",
         "CREATE INDEX jobs_finished ON jobs (finished_at, status, created_at, started_at)"
+        " WHERE finished_at IS NOT NULL",
+    ),
+    # jobs counted by queue, status and kind as they change (Store.stats); the jobs that
+    # finished in a window counted by kind and outcome from the index alone
+    (
+        *_counts.sqlite_statements(),
+        "DROP INDEX IF EXISTS jobs_finished",
+        "CREATE INDEX jobs_finished ON jobs (finished_at, status, created_at, started_at, kind)"
         " WHERE finished_at IS NOT NULL",
     ),
 )
@@ -274,6 +282,9 @@ class SQLiteStore(_local.LocalStore, SqlStore):
     def _query(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with _translated(what, self.path):
             return self._conn().execute(sql, params).fetchall()
+
+    def _job_counts(self) -> list[Row]:
+        return self._query("count jobs", _counts.SQLITE_READ)
 
     def close(self) -> None:
         """Close every connection of this store (all threads'), and its pulse files."""

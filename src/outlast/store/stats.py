@@ -4,7 +4,9 @@ Computed from the store itself, so they are right whatever number of pools, serv
 hosts share it: counts by queue, status and kind, the oldest due job waiting per queue,
 the wait and run times of the jobs that finished in the last ``window`` seconds, the workers
 running jobs, and the schedules that are due. On the SQL stores a few grouped, indexed
-queries (BENCHMARKS.md measures them at 100,000 jobs); the files store scans its folder.
+reads whose cost does not grow with the jobs kept (the engine counts jobs as they change,
+:mod:`outlast.store._counts`); the files store reads its scan's index of every document
+(BENCHMARKS.md measures both).
 """
 
 from __future__ import annotations
@@ -13,12 +15,35 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from outlast.model import JobState, Status
+from outlast.model import Kind, Status
 
-#: Finished jobs read at most for the wait and run times (the most recent).
+#: Finished jobs read at most for the wait and run times (the most recent): a sample that
+#: bounds a scrape's cost whatever the throughput; the window's counts are exact.
 RECENT_MAX = 10_000
+
+
+class Indexed(Protocol):
+    """What stats read of a job: a :class:`~outlast.model.JobState`, or the files store's
+    index entry of one."""
+
+    @property
+    def queue(self) -> str: ...
+    @property
+    def status(self) -> Status: ...
+    @property
+    def kind(self) -> Kind: ...
+    @property
+    def worker(self) -> str | None: ...
+    @property
+    def run_after(self) -> datetime | None: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def started_at(self) -> datetime | None: ...
+    @property
+    def finished_at(self) -> datetime | None: ...
 
 
 @dataclass
@@ -33,8 +58,10 @@ class Stats:
     jobs: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     #: Per queue: seconds the longest-waiting due pending job has waited.
     oldest_due: dict[str, float] = field(default_factory=dict)
-    #: Jobs that finished within the window: (kind, status, seconds waited before the last
-    #: start, seconds run), one per job.
+    #: Jobs that finished within the window, by (kind, status): all of them.
+    finished: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: The most recent of them (``RECENT_MAX`` at most: the wait and run times' sample):
+    #: (kind, status, seconds waited before the last start, seconds run), one per job.
     recent: list[tuple[str, str, float, float]] = field(default_factory=list)
     #: Distinct workers running jobs now.
     busy_workers: int = 0
@@ -46,7 +73,7 @@ class Stats:
     schedules: int = 0
     schedules_paused: int = 0
 
-    def add_recent(self, states: Iterable[JobState]) -> None:
+    def add_recent(self, states: Iterable[Indexed]) -> None:
         for state in states:
             if state.finished_at is None:
                 continue
@@ -73,7 +100,9 @@ class Stats:
 
     def to_dict(self) -> dict[str, Any]:
         """What ``outlast stats --json`` prints."""
-        finished: Counter[str] = Counter(status for _, status, _, _ in self.recent)
+        finished: Counter[str] = Counter()
+        for (_, status), n in self.finished.items():
+            finished[status] += n
         waits = sorted(w for _, _, w, _ in self.recent)
         runs = sorted(r for _, _, _, r in self.recent)
         return {
@@ -83,9 +112,10 @@ class Stats:
             "recent": {
                 "window_seconds": self.window,
                 "finished": dict(sorted(finished.items())),
+                "sampled": len(self.recent),
                 "wait_seconds": _quantiles(waits),
                 "run_seconds": _quantiles(runs),
-                "per_minute": round(len(self.recent) / (self.window / 60), 2),
+                "per_minute": round(sum(finished.values()) / (self.window / 60), 2),
             },
             "busy_workers": self.busy_workers,
             "workers": dict(sorted(self.workers.items())),
@@ -108,9 +138,9 @@ def _quantiles(values: list[float]) -> dict[str, float | None]:
 
 
 def from_states(
-    states: Iterable[JobState], now: datetime, window: float, schedules: list[Any]
+    states: Iterable[Indexed], now: datetime, window: float, schedules: list[Any]
 ) -> Stats:
-    """Stats of a store read whole (the files store)."""
+    """Stats of a store read whole (the files store's index of its documents)."""
     stats = Stats(at=now, window=window)
     recent = []
     busy = set()
@@ -123,6 +153,7 @@ def from_states(
             busy.add(state.worker)
         if state.finished_at is not None and (now - state.finished_at).total_seconds() <= window:
             recent.append(state)
+            stats.finished[(str(state.kind), str(state.status))] += 1
     recent.sort(key=lambda s: s.finished_at or now, reverse=True)
     stats.add_recent(recent[:RECENT_MAX])
     stats.busy_workers = len(busy)
