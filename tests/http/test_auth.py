@@ -97,12 +97,59 @@ def test_every_route_takes_the_right_token(
             assert _call(client, method, path.format(id=job_id), {}, params={"token": TOKEN}) == 401
 
 
-def test_health_docs_and_the_dashboard_shell_stay_open(secured: Server) -> None:
+def test_only_health_and_signing_in_stay_open(secured: Server) -> None:
+    """With a token, the dashboard's files and the API's description want it too; ``/``
+    answers a browser with the sign-in page (a form, no script, no file of the dashboard's)."""
     with httpx.Client(base_url=secured.url, timeout=10) as client:
-        for path in ("/healthz", "/", "/static/app.js", "/static/style.css", "/openapi.json"):
-            assert client.get(path).status_code == 200, path
-        schema = client.get("/openapi.json").json()
+        assert client.get("/healthz").status_code == 200
+        for path in ("/static/app.js", "/static/style.css", "/openapi.json", "/docs"):
+            assert client.get(path).status_code == 401, path
+        page = client.get("/")
+        assert page.status_code == 401 and page.headers["content-type"].startswith("text/html")
+        assert '<form method="post" action="/session">' in page.text
+        assert "<script" not in page.text and "/static/" not in page.text
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        assert TOKEN not in page.text
+        schema = client.get("/openapi.json", headers=secured.headers()).json()
         assert schema["paths"]["/jobs"]["get"]["security"] == [{"HTTPBearer": []}]
+        assert client.get("/static/app.js", headers=secured.headers()).status_code == 200
+
+
+def test_the_sign_in_form_and_a_link_trade_the_token_for_the_cookie(secured: Server) -> None:
+    same_origin = {"Origin": secured.url, "Sec-Fetch-Site": "same-origin"}
+    with httpx.Client(base_url=secured.url, timeout=10) as client:
+        wrong = client.post("/session", data={"token": "nope"}, headers=same_origin)
+        assert wrong.status_code == 401 and "Wrong token" in wrong.text
+        assert "outlast_session" not in wrong.headers.get("set-cookie", "")
+        foreign = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
+        assert client.post("/session", data={"token": TOKEN}, headers=foreign).status_code == 403
+        right = client.post("/session", data={"token": TOKEN}, headers=same_origin)
+        assert right.status_code == 303 and right.headers["location"] == "/"
+        cookie = right.headers["set-cookie"]
+        assert "outlast_session=" in cookie and "HttpOnly" in cookie
+        assert "samesite=strict" in cookie.lower()
+        assert client.get("/static/app.js").status_code == 200  # the cookie opens the rest
+        assert client.get("/").status_code == 200
+    with httpx.Client(base_url=secured.url, timeout=10) as client:
+        link = client.get("/", params={"token": TOKEN})
+        assert link.status_code == 303 and link.headers["location"] == "/"  # token dropped
+        assert client.get("/jobs").status_code == 200
+    with httpx.Client(base_url=secured.url, timeout=10) as client:
+        assert "Wrong token" in client.get("/", params={"token": "x"}).text
+        assert client.get("/jobs").status_code == 401
+
+
+def test_a_proxy_that_rewrites_host_does_not_refuse_the_dashboard(secured: Server) -> None:
+    """Behind nginx's default (``Host`` rewritten to the upstream's), the browser's own
+    ``Sec-Fetch-Site: same-origin`` is believed; a cross-site write is still refused."""
+    job = {"name": "tests.add", "args": [1, 2]}
+    with httpx.Client(base_url=secured.url, timeout=10, headers=secured.headers()) as client:
+        proxied = {"Origin": "https://ops.example.com", "Sec-Fetch-Site": "same-origin"}
+        assert client.post("/jobs", json=job, headers=proxied).status_code == 201
+        foreign = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
+        assert client.post("/jobs", json=job, headers=foreign).status_code == 403
+        no_fetch_metadata = {"Origin": "https://evil.example"}
+        assert client.post("/jobs", json=job, headers=no_fetch_metadata).status_code == 403
 
 
 def test_every_route_of_the_schema_wants_the_token(secured: Server) -> None:
@@ -110,7 +157,7 @@ def test_every_route_of_the_schema_wants_the_token(secured: Server) -> None:
     public ones answers 401 without the token."""
     public = {"/healthz", "/session"}
     with httpx.Client(base_url=secured.url, timeout=10) as client:
-        schema = client.get("/openapi.json").json()
+        schema = client.get("/openapi.json", headers=secured.headers()).json()
         asked = 0
         for path, methods in schema["paths"].items():
             if path in public:
@@ -122,9 +169,9 @@ def test_every_route_of_the_schema_wants_the_token(secured: Server) -> None:
                 assert status == 401, (method, path, status)
                 asked += 1
         assert asked >= 20 and "/stats/timeline" in schema["paths"]
-        # the dashboard's files are public: the chart library too
+        # the dashboard's files want it too: the chart library as well
         for path in ("/static/chart.js", "/static/vendor/uplot/uPlot.iife.min.js"):
-            assert client.get(path).status_code == 200, path
+            assert client.get(path).status_code == 401, path
 
 
 def test_serve_refuses_a_public_address_without_a_token(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,15 +34,9 @@ from fastapi.staticfiles import StaticFiles
 from outlast import __version__
 from outlast.bus import Bus, StoreBus
 from outlast.errors import InvalidInput, JobNotFound
-from outlast.http import errors, sse
+from outlast.http import errors, signin, sse
 from outlast.http.deps import ExistingJob, JobId
-from outlast.http.guard import (
-    SESSION_COOKIE,
-    SESSION_TTL,
-    Guard,
-    redact_access_log,
-    session_value,
-)
+from outlast.http.guard import Guard, redact_access_log, session_value
 from outlast.http.schemas import (
     BatchCreated,
     BulkAction,
@@ -65,6 +59,7 @@ from outlast.http.schemas import (
     TimelineDoc,
     WorkerPage,
 )
+from outlast.http.signin import SESSION_COOKIE
 from outlast.model import JobState, Status
 from outlast.run import api, reap, schedules
 from outlast.store import Store, parse_label
@@ -102,13 +97,15 @@ def create_app(
 ) -> FastAPI:
     """The HTTP API and dashboard over ``store``.
 
-    With ``token``, every route but ``/healthz``, ``/openapi.json``, ``/session`` and the
-    dashboard's files needs ``Authorization: Bearer <token>`` or the dashboard's session
-    cookie (``POST /session`` with the token sets it; the streams also take ``?token=``,
-    masked in uvicorn's access log). Requests that may change something are refused from
-    another site, and their bodies must be JSON (see :mod:`outlast.http.guard`). ``hosts``:
-    the only names the ``Host`` header may give (``outlast serve`` on loopback without a
-    token passes the loopback names: DNS rebinding). ``bus`` defaults to
+    With ``token``, every route but ``/healthz`` and ``/session`` (the dashboard's files and
+    the API's description too) needs ``Authorization: Bearer <token>`` or the dashboard's
+    session cookie (``POST /session`` with the token sets it; the streams also take
+    ``?token=``, masked in uvicorn's access log); ``/`` answers a browser without either
+    with a sign-in page (:mod:`outlast.http.signin`). Requests that may change something
+    are refused from another site, and their bodies must be JSON (see
+    :mod:`outlast.http.guard`). ``hosts``: the only names the ``Host`` header may give
+    (``outlast serve`` on loopback without a token passes the loopback names: DNS
+    rebinding). ``bus`` defaults to
     :class:`~outlast.bus.StoreBus` over ``store``, whose streams reconcile a job whose worker
     died. ``heartbeat``: seconds between keep-alive comments on a quiet stream. Mount the
     result in your own app, or serve it with :func:`outlast.http.serve`.
@@ -160,15 +157,8 @@ def create_app(
         if not hmac.compare_digest(body.token.encode(), token.encode()):
             return JSONResponse({"error": "unauthorized", "detail": "wrong token"}, 401)
         response = Response(status_code=204)
-        response.set_cookie(
-            SESSION_COOKIE,
-            session_value(token),
-            max_age=SESSION_TTL,
-            path=request.scope.get("root_path") or "/",
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-        )
+        root = request.scope.get("root_path", "")
+        signin.set_session(response, session_value(token), root, request.url.scheme == "https")
         return response
 
     @app.delete("/session", status_code=204, tags=["meta"])

@@ -31,17 +31,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers, QueryParams
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from outlast.http import signin
+from outlast.http.signin import SESSION_COOKIE, SESSION_TTL
 
 #: Bodies larger than this many bytes are refused with 413.
 MAX_BODY = 1024 * 1024
 
 #: Routes that may take the token as ``?token=``: EventSource cannot set headers.
 _QUERY_TOKEN = re.compile(r"/events|/jobs/[^/]+/events")
-#: The dashboard's session cookie, and how long it lasts.
-SESSION_COOKIE = "outlast_session"
-SESSION_TTL = 12 * 3600
 #: Methods that may change something: refused from another site.
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s\"]*")
@@ -90,6 +90,8 @@ def cross_site(headers: Headers) -> str | None:
     site = headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
         return f"a {site} request cannot change anything here"
+    if site == "same-origin":  # the browser's own word, which no page can forge: a proxy
+        return None  # that rewrites Host (nginx's default) must not refuse the dashboard
     origin = headers.get("origin")
     if origin is not None and (
         origin == "null" or urlsplit(origin).netloc != headers.get("host", "")
@@ -121,14 +123,15 @@ def route_path(scope: Scope) -> str:
     return path
 
 
-#: What stays open with a token set: the dashboard's page and files, liveness, the API's
-#: description. Everything else (``/jobs``, ``/events``, ``/schedules``, any route added
-#: later) wants the token: a new route is never open by mistake.
-PUBLIC = frozenset({"/", "/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/session"})
+#: What stays open with a token set: liveness and signing in. Everything else (the
+#: dashboard's files, the API's description, ``/jobs``, ``/events``, ``/metrics``, any route
+#: added later) wants the token: a new route is never open by mistake. ``/`` answers a
+#: browser without a session with the sign-in page (:mod:`outlast.http.signin`).
+PUBLIC = frozenset({"/healthz", "/session"})
 
 
 def protected(path: str) -> bool:
-    return path not in PUBLIC and not path.startswith("/static/")
+    return path not in PUBLIC
 
 
 class Guard:
@@ -156,12 +159,19 @@ class Guard:
             return
         path = route_path(scope)
         headers = Headers(scope=scope)
-        refused = self._refusal(scope, headers)
+        form = self.token is not None and path == "/session" and signin.is_form(headers)
+        refused = self._refusal(scope, headers, json_only=not form)
         if refused is not None:
             await refused(scope, receive, send)
             return
+        if form:
+            await self._sign_in_form(scope, receive, send)
+            return
         if self.token is not None and protected(path):
             problem = self._auth_problem(scope, path)
+            if problem is not None and path == "/" and scope["method"] in ("GET", "HEAD"):
+                await self._sign_in_page(scope)(scope, receive, send)
+                return
             if problem is not None:
                 challenge = {"WWW-Authenticate": 'Bearer realm="outlast"'}
                 await error_response(401, "unauthorized", problem, challenge)(scope, receive, send)
@@ -180,8 +190,47 @@ class Guard:
             return
         await self._buffered(scope, receive, send)
 
-    def _refusal(self, scope: Scope, headers: Headers) -> JSONResponse | None:
-        """The answer to a request refused before its token is looked at, or None."""
+    def _sign_in_page(self, scope: Scope) -> Response:
+        """``/`` without a session: the sign-in page, or a link's ``?token=`` traded for
+        the session cookie and dropped from the address."""
+        assert self._token_text is not None
+        root = scope.get("root_path", "")
+        given = QueryParams(scope["query_string"]).get("token")
+        if given is None:
+            return signin.page(root)
+        if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), self.token or b""):
+            return signin.page(root, "Wrong token: try again.")
+        secure = scope.get("scheme") == "https"
+        return signin.signed_in(root, session_value(self._token_text), secure)
+
+    async def _sign_in_form(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The sign-in page's form (``POST /session``, form-encoded; refused from another
+        site like any write): the token is traded for the cookie."""
+        assert self._token_text is not None
+        root = scope.get("root_path", "")
+        problem = None if scope["method"] == "POST" else "sign in with POST"
+        body = b""
+        while problem is None:
+            message = await receive()
+            body += message.get("body", b"")
+            if len(body) > 4096:
+                problem = "the form is too large"
+            elif not message.get("more_body", False):
+                break
+        if problem is not None:
+            await error_response(403, "forbidden", problem)(scope, receive, send)
+            return
+        given = QueryParams(body.decode("utf-8", "replace")).get("token", "")
+        if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), self.token or b""):
+            response = signin.page(root, "Wrong token: try again.")
+        else:
+            secure = scope.get("scheme") == "https"
+            response = signin.signed_in(root, session_value(self._token_text), secure)
+        await response(scope, receive, send)
+
+    def _refusal(self, scope: Scope, headers: Headers, json_only: bool) -> JSONResponse | None:
+        """The answer to a request refused before its token is looked at, or None
+        (``json_only``: a body that may change something must be JSON)."""
         if self.hosts is not None:
             host = headers.get("host", "")
             if host_name(host).lower() not in self.hosts:
@@ -197,7 +246,7 @@ class Guard:
             length = headers.get("content-length", "0")
             has_body = headers.get("transfer-encoding") is not None or length not in ("", "0")
             kind = headers.get("content-type", "").partition(";")[0].strip().lower()
-            if has_body and kind != "application/json":
+            if has_body and kind != "application/json" and json_only:
                 detail = f"send the body as JSON (Content-Type: application/json), not {kind!r}"
                 return error_response(415, "unsupported media type", detail)
         return None
