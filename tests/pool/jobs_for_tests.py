@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -193,3 +195,32 @@ def limited(path: str, tenant: str, sleep: float = 0.05) -> None:
     append(path, f"+ {job_id}")
     time.sleep(sleep)
     append(path, f"- {job_id}")
+
+
+@outlast.job(name="pt.slow_stop", attempts=1)
+def slow_stop(path: str, cleanup: float = 1.0) -> str:
+    """Loop until canceled; then take ``cleanup`` seconds before it stops, and say so."""
+    append(path, "started")
+    try:
+        while True:
+            outlast.current().check_cancel()
+            time.sleep(0.02)
+    except outlast.Canceled:
+        time.sleep(cleanup)
+        append(path, "stopped")
+        raise
+
+
+@outlast.job(name="pt.stubborn_parent", attempts=1)
+def stubborn_parent(path: str) -> str:
+    """Ignore cancel, with a child that ignores SIGTERM too: write both pids, then sleep."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(15, signal.SIG_IGN); time.sleep(300)",
+        ]
+    )
+    append(path, f"{os.getpid()} {child.pid}")
+    time.sleep(300)
+    return "slept"

@@ -9,6 +9,12 @@ job started gets SIGTERM and, after the grace period, SIGKILL (this process is t
 subreaper, so a double fork does not escape), and this process exits, having started a fresh
 dedicated worker for the retry if attempts are left (the function cannot be stopped inside
 this process: its thread is left to die with it).
+
+A canceled job is stopped the same way, whatever its code does: while an attempt runs, a
+thread watches the job; once it is canceled, the job is asked to stop (``check_cancel``
+raises, an async job's task is canceled) and what it started gets SIGTERM; after the grace
+period what is left gets SIGKILL and, if the function still has not returned, this process
+ends. Its worker lock goes with it, which is what ``outlast wait`` on a canceled job waits for.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from outlast.store import Store, Task, open_store, start_when_free, wait_until_d
 
 #: Seconds between SIGTERM and SIGKILL of what a timed-out job started, unless it says.
 DEFAULT_GRACE = 10.0
+#: Seconds between looks at a running job for a cancel, besides its change notifications.
+CANCEL_CHECK = 1.0
 
 
 def run_dedicated(store: Store, job_id: str) -> None:
@@ -54,6 +62,13 @@ def _run(store: Store, task: Task, job_id: str) -> None:
             return
         assert task.attempt is not None
         done = threading.Event()
+        watcher = threading.Thread(
+            target=_stop_if_canceled,
+            args=(store, state, done),
+            name="outlast-cancel",
+            daemon=True,
+        )
+        watcher.start()
         if state.timeout is not None:
             threading.Thread(
                 target=_deadline,
@@ -69,8 +84,48 @@ def _run(store: Store, task: Task, job_id: str) -> None:
                     execute(store, job_id, task.attempt, dedicated=True)
         finally:
             done.set()
+        watcher.join()  # a canceled job's leftovers are stopped before this process ends
         if store.get(job_id).status != Status.PENDING:
             return
+
+
+def _stop_if_canceled(store: Store, state: JobState, done: threading.Event) -> None:
+    """Until the attempt ends (``done``): when the job is canceled, ask it to stop and
+    SIGTERM what it started; after the grace period SIGKILL what is left, and end this
+    process if the function has not returned by then."""
+    try:
+        with store.listen([state.id]) as listener:
+            look_at = 0.0  # at once, then on each change and every CANCEL_CHECK seconds
+            while not done.is_set():
+                if listener.wait(0.05) or time.monotonic() >= look_at:
+                    listener.drain()
+                    look_at = time.monotonic() + CANCEL_CHECK
+                    try:
+                        now = store.get(state.id)
+                    except OutlastError:  # gone, or the store failed: look again
+                        now = None
+                    if now is not None and now.status == Status.CANCELED:
+                        break
+            else:
+                return
+    except OutlastError as exc:
+        print(f"outlast worker: cannot watch job {state.id} for a cancel: {exc}", flush=True)
+        return
+    current = context.current_or_none()
+    if current is not None:
+        current.request_cancel()
+    procs.signal_descendants(signal.SIGTERM)
+    grace = DEFAULT_GRACE if state.grace is None else state.grace
+    end = time.monotonic() + grace
+    while time.monotonic() < end and not (done.is_set() and not procs.descendants()):
+        procs.reap_adopted(skip=None)
+        time.sleep(0.02)
+    procs.signal_descendants(signal.SIGKILL)
+    procs.reap_adopted(skip=None, wait=1.0)
+    if not done.is_set():
+        print(f"outlast worker: job {state.id} ignored its cancel for {grace:g} s: stopped")
+        sys.stdout.flush()
+        os._exit(0)
 
 
 def _deadline(store: Store, state: JobState, attempt: int, done: threading.Event) -> None:

@@ -27,8 +27,10 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from outlast.errors import StoreError
-from outlast.model import JobState, ProgressEvent, Status, utcnow
+from outlast.ids import DEDICATED
+from outlast.model import JobState, Kind, ProgressEvent, Status, utcnow
 from outlast.store.common import log
+from outlast.store.journal import STARTED
 
 if TYPE_CHECKING:  # only for annotations: the store module imports this one
     from outlast.store.base import Reconciler, Store
@@ -129,17 +131,29 @@ RELEASE_POLL = 0.02
 
 
 def wait_released(store: Store, state: JobState, deadline: float | None = None) -> bool:
-    """For a canceled job: wait until no process holds its worker lock any more (its
-    supervisor or pool has stopped what it ran), at most its grace period and
-    :data:`CANCEL_MARGIN` (or until ``deadline``, ``time.monotonic()``). True once free."""
+    """For a canceled job: wait until no process runs it any more (its supervisor, dedicated
+    worker or pool has stopped what it ran), at most its grace period and
+    :data:`CANCEL_MARGIN` (or until ``deadline``, ``time.monotonic()``). True once stopped."""
     bound = time.monotonic() + (state.grace or CANCEL_GRACE) + CANCEL_MARGIN
     if deadline is not None:
         bound = min(bound, deadline)
-    while store.worker_holds(state.id):
+    while still_runs(store, state):
         if time.monotonic() >= bound:
             return False
         time.sleep(RELEASE_POLL)
     return True
+
+
+def still_runs(store: Store, state: JobState) -> bool:
+    """Whether a process still runs the job: one holds its worker lock (a supervisor, a
+    dedicated worker, a PostgreSQL pool), or the journal of the live pool that claimed it
+    (whose liveness lock covers its jobs on the local stores) says that its attempt's
+    function was called and has not returned."""
+    if store.worker_holds(state.id):
+        return True
+    if state.worker is None or state.kind == Kind.COMMAND or state.queue == DEDICATED:
+        return False
+    return store._worker_alive(state.worker) and store._fate(state) == STARTED
 
 
 def follow(

@@ -13,6 +13,9 @@ reconciles its jobs asks the journal what became of each attempt (its *fate*):
   again.
 - nothing: counted as started (what every claimer other than a pool gets).
 
+A waiter on a canceled job also asks it: while the live pool's journal says the attempt
+started and has not returned, the job's code still runs (``outlast.store.follower``).
+
 On the local stores a journal is a small append-only file per writer process
 (``journal/<worker>+<token>+<label>`` beside the store), one line per record; a record is
 written with one ``write()`` before the event it records happens, and survives the process
@@ -49,7 +52,9 @@ from outlast.store.common import log
 LIMIT = 64 * 1024
 #: The fate of an attempt whose worker died after claiming it and before starting it.
 NOT_STARTED = "not started"
-#: What became of an attempt: None (started, or nothing known), NOT_STARTED, or its outcome.
+#: The fate of an attempt whose function was called and has not returned (or was cut off).
+STARTED = "started"
+#: What became of an attempt: None (nothing known), NOT_STARTED, STARTED, or its outcome.
 Fate = Outcome | str | None
 Key = tuple[str, int]  # (job id, attempt)
 
@@ -215,6 +220,8 @@ def read_fates(directory: Path, worker: str) -> dict[Key, Fate]:
 def fate_of(key: Key, rank: int, tail: bytes) -> Fate:
     if rank == 1:
         return NOT_STARTED
+    if rank == 2:
+        return STARTED
     if rank == 3:
         try:
             return Outcome.from_dict(json.loads(tail))
