@@ -2,27 +2,38 @@
 
 It loads the dashboard of a token-protected server with ``?token=``, sees a running job's
 progress advance live, opens the job, presses cancel (and confirms) and sees ``canceled``,
-then answers a paused job's question; afterwards the server's access log holds no token. It
-takes the screenshots the README shows, ``dashboard.png`` (the list) and
-``dashboard-job.png``, into the test's folder, or into ``$OUTLAST_SCREENSHOTS`` (what
-``scripts/screenshots`` does to refresh ``docs/``): a test run leaves the checkout as it was.
-Other tests drive the schedules page, retry and bulk actions, a phone's screen, the list's
-search (name, id prefix, label) and its pages, and the last hour's chart.
+then answers a paused job's question; afterwards the server's access log holds no token.
+Other tests drive the workers, queues and schedules pages (a real pool registered), retry
+and bulk actions (on a status, and on selected rows), the job page's log of a command, a
+pipeline and a failed function, delete and resume, the keyboard, a phone's screen (every
+page fits 420 px), the list's search (name, id prefix, label) and its pages, and the last
+hour's chart.
+
+The tests take the screenshots of every page (``dashboard*.png``) into their own folder, or
+into ``$OUTLAST_SCREENSHOTS`` (what ``scripts/screenshots`` does to refresh ``docs/``): a
+test run leaves the checkout as it was. Each test has a server of its own over a fresh
+store; one browser serves the module, a fresh context (no cookies) each test.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from outlast.store import Store, open_store
 from tests.http.conftest import TOKEN
 from tests.http.harness import ROOT, Server, finish, start_worker
+from tests.waiting import until
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -42,23 +53,38 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def page() -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
+        chromium = playwright.chromium.launch(
             executable_path=str(CHROMIUM),
             headless=True,
             args=["--no-sandbox", "--disable-background-networking", "--disable-gpu"],
         )
         try:
-            context = browser.new_context(viewport={"width": 1360, "height": 860})
-            yield context.new_page()
+            yield chromium
         finally:
-            browser.close()
+            chromium.close()
 
 
-def _scenery(store: Store) -> str:
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh context (no cookies) of the module's browser. Ask for it after ``shown``: it
+    closes first, so the server it talked to stops at once."""
+    context = browser.new_context(viewport={"width": 1360, "height": 860})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+def expect(locator: Any) -> Any:
+    """Playwright's auto-waiting assertions."""
+    return pytest.importorskip("playwright.sync_api").expect(locator)
+
+
+def _scenery(store: Store, command: bool = True) -> str:
     """Jobs in every state, so the screenshot shows what the dashboard looks like in use."""
     done = store.create(kind="function", name="reports.monthly", labels={"team": "finance"})
     done.start()
@@ -73,7 +99,8 @@ def _scenery(store: Store) -> str:
     asks.start()
     asks.report("plan", "completed", {"changes": 3}, progress=50)
     asks.pause({"question": "Apply 3 changes to prod?"})
-    store.create(kind="command", command=["pg_dump", "-Fc", "shop"], labels={"team": "ops"})
+    if command:  # (a pool would start it: a test with a pool has none)
+        store.create(kind="command", command=["pg_dump", "-Fc", "shop"], labels={"team": "ops"})
     store.create(kind="function", name="emails.digest", labels={"team": "growth"})
     return asks.id
 
@@ -93,7 +120,7 @@ def shown(tmp_path: Path) -> Iterator[tuple[Server, Store, str]]:
 
 
 def test_the_dashboard_follows_a_job_live_and_cancels_it(
-    page: Any, shown: tuple[Server, Store, str], tmp_path: Path
+    shown: tuple[Server, Store, str], page: Any, tmp_path: Path
 ) -> None:
     secured, http_store, http_store_url = shown
     paused = _scenery(http_store)
@@ -162,9 +189,22 @@ def test_the_dashboard_follows_a_job_live_and_cancels_it(
         finish(worker, timeout=30)  # it stops by itself once the job is canceled
     assert not problems, problems
     log = secured.output()
-    assert "GET /events HTTP/1.1" in log and "POST /session HTTP/1.1" in log  # it logs
+    assert "GET /events HTTP/1.1" in log  # it logs; the link's token was traded for a cookie
+    assert "POST /session HTTP/1.1" in log or '"GET /?token=*** HTTP/1.1" 303' in log
     assert TOKEN not in log, "the token reached the server's log"
     assert "token=***" in log  # the first page load's ?token=, masked
+
+
+def _sign_in_form(page: Any) -> tuple[Any, Any, Any]:
+    """The token's field, its button and the error of the form that asks for the token: the
+    server's sign-in page (a browser without a session gets it at ``/``), or the dashboard's
+    own dialog (which asks again when a session ends)."""
+    form = page.locator("#token-form, form[action$='/session']")
+    return (
+        form.locator("#token-input, input[name='token']"),
+        form.locator("button"),
+        form.locator("#token-error, .error"),
+    )
 
 
 def _console(message: Any, problems: list[str]) -> None:
@@ -185,16 +225,15 @@ def _percent(text: str, default: float) -> float:
 
 
 def test_the_dashboard_asks_for_the_token_it_lacks(
-    page: Any, shown: tuple[Server, Store, str]
+    shown: tuple[Server, Store, str], page: Any
 ) -> None:
     secured, store, _ = shown
     job = store.create(kind="function", name="needs.token")
     page.goto(f"{secured.url}/")
-    dialog = page.locator("#token-dialog")
-    dialog.wait_for()
-    assert dialog.get_attribute("open") is not None
-    page.locator("#token-input").fill(TOKEN)
-    page.get_by_role("button", name="Continue").click()
+    token, submit, _ = _sign_in_form(page)
+    token.wait_for()
+    token.fill(TOKEN)
+    submit.click()
     page.locator(f'tr[data-id="{job.id}"]').wait_for()
     page.locator("#live[data-state='live']").wait_for()
     # the page keeps no token: the session is an HttpOnly cookie it cannot read
@@ -204,7 +243,7 @@ def test_the_dashboard_asks_for_the_token_it_lacks(
 
 
 def test_the_schedules_page_shows_next_runs_and_acts(
-    page: Any, shown: tuple[Server, Store, str], tmp_path: Path
+    shown: tuple[Server, Store, str], page: Any, tmp_path: Path
 ) -> None:
     """The schedules page lists each schedule's next run and last job; Pause, Resume and
     Run now act on the store; a delayed job says when it runs."""
@@ -230,18 +269,21 @@ def test_the_schedules_page_shows_next_runs_and_acts(
     row = page.locator(f'tr[data-id="{delayed.id}"]')
     row.wait_for()
     assert "runs in 1h 59m" in row.inner_text() or "runs in 2h" in row.inner_text()
+    page.get_by_role("link", name="Queues").click()
+    page.locator('#queues tr[data-id="default"]').wait_for()
+    gpu = page.locator('#groups tr[data-id="gpu"]')  # the groups, below the queues
+    gpu.wait_for()
+    assert gpu.inner_text().split() == ["gpu", "2", "0"]
     page.get_by_role("link", name="Schedules").click()
-    page.locator('#queues tr[data-id="default"]').wait_for()  # the queues, above
+    assert page.url.endswith("#/schedules")
     nightly = page.locator('tr[data-id="nightly-backup"]')
     nightly.wait_for()
     text = nightly.inner_text()
     assert "cron 0 3 * * * (Europe/Berlin)" in text and "./backup.sh --all" in text
     assert "not yet" in text and re.search(r"in \d+h", text), text
     assert "every 7d" in page.locator('tr[data-id="weekly-report"]').inner_text()
-    gpu = page.locator('#groups tr[data-id="gpu"]')
-    gpu.wait_for()
-    assert gpu.inner_text().split() == ["gpu", "2", "0"]
-    page.screenshot(path=str(tmp_path / "dashboard-schedules.png"))
+    assert page.locator("#queues-view").is_hidden() and page.title() == "Schedules · outlast"
+    page.screenshot(path=str(shots(tmp_path) / "dashboard-schedules.png"))
 
     nightly.get_by_role("button", name="Pause").click()
     nightly.locator(".pill.paused").wait_for()
@@ -258,11 +300,15 @@ def test_the_schedules_page_shows_next_runs_and_acts(
     link.click()
     page.locator("#job-meta").filter(has_text="weekly-report").wait_for()
     assert "run by hand" in page.locator("#job-meta").inner_text()
+    # the job's schedule links back to the schedules page (an old link: it still works)
+    page.locator("#job-meta a", has_text="weekly-report").click()
+    page.locator('tr[data-id="weekly-report"]').wait_for()
+    assert page.locator("#nav-schedules").get_attribute("aria-current") == "page"
     assert not problems, problems
 
 
 def test_retry_from_the_job_page_and_bulk_retry_from_the_list(
-    page: Any, shown: tuple[Server, Store, str]
+    shown: tuple[Server, Store, str], page: Any
 ) -> None:
     secured, store, _ = shown
     failed = []
@@ -311,7 +357,7 @@ def test_retry_from_the_job_page_and_bulk_retry_from_the_list(
 
 
 def test_a_phone_a_missing_job_and_a_wrong_token(
-    page: Any, shown: tuple[Server, Store, str], tmp_path: Path
+    shown: tuple[Server, Store, str], page: Any
 ) -> None:
     secured, store, _ = shown
     _scenery(store)
@@ -321,19 +367,18 @@ def test_a_phone_a_missing_job_and_a_wrong_token(
     page.set_viewport_size({"width": 420, "height": 860})
     # a wrong token: the dialog says so, and the page claims nothing about the jobs
     page.goto(f"{secured.url}/")
-    page.locator("#token-dialog[open]").wait_for()
-    page.locator("#token-input").fill("not the token")
-    page.locator("#token-form button").click()
-    page.locator("#token-error").filter(has_text="Wrong token").wait_for()
+    token, submit, error = _sign_in_form(page)
+    token.fill("not the token")
+    submit.click()
+    error.filter(has_text="Wrong token").wait_for()
     assert page.locator("#empty").is_hidden(), "'No jobs here yet' behind the dialog"
-    page.locator("#token-input").fill(TOKEN)
-    page.locator("#token-form button").click()
+    token.fill(TOKEN)
+    submit.click()
     row = page.locator(f'tr[data-id="{known.id}"]')
     row.wait_for()
     # on a phone the list keeps its step column in view
     step = page.locator("table.jobs thead th", has_text="Step").first.bounding_box()
     assert step is not None and step["x"] + step["width"] <= 420, step
-    page.screenshot(path=str(shots(tmp_path) / "dashboard-phone.png"))
     # a failed job's error shows in the list
     failed = page.locator("tr.failed .err")
     assert "partner API answered 503" in failed.first.inner_text()
@@ -351,7 +396,7 @@ def test_a_phone_a_missing_job_and_a_wrong_token(
 
 
 def test_search_by_name_id_prefix_and_label(
-    page: Any, shown: tuple[Server, Store, str], tmp_path: Path
+    shown: tuple[Server, Store, str], page: Any, tmp_path: Path
 ) -> None:
     """The search box: a word finds names (any case), ``id:`` an id prefix, ``key=value`` a
     label, all together; a bad term says what is wrong; a pasted id finds its job; the
@@ -414,7 +459,7 @@ def test_search_by_name_id_prefix_and_label(
     assert not problems, problems
 
 
-def test_pages_of_the_list(page: Any, shown: tuple[Server, Store, str]) -> None:
+def test_pages_of_the_list(shown: tuple[Server, Store, str], page: Any) -> None:
     """More jobs than a page: Older and Newer walk pages of 50 by their cursors (no job
     twice, none left out), Newest goes back to the first; a job made meanwhile joins the
     first page only."""
@@ -450,7 +495,7 @@ def test_pages_of_the_list(page: Any, shown: tuple[Server, Store, str]) -> None:
 
 
 def test_the_chart_shows_the_last_hour(
-    page: Any, shown: tuple[Server, Store, str], tmp_path: Path
+    shown: tuple[Server, Store, str], page: Any, tmp_path: Path
 ) -> None:
     """The "Last hour" card draws the store's timeline with uPlot: finished jobs per minute
     by outcome and the wait before starting (median, 95th percentile); a job that ends is
@@ -521,3 +566,450 @@ def _search_response(response: Any, problems: list[str]) -> None:
     if response.status == 400 and "id_prefix=a%2Fb" in response.url:
         return
     _response(response, problems)
+
+
+# ------------------------------------------------------------------ real processes
+def _outlast_env(url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTLAST_", "WORKER_"))}
+    env.update(
+        OUTLAST_STORE=url,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    return env
+
+
+def _pool(url: str, folder: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``outlast worker ARGS`` on the store, in the background (its output in ``folder``)."""
+    with open(folder / f"pool-{len(list(folder.glob('pool-*')))}.log", "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "outlast", "worker", *args],
+            cwd=folder,
+            env=_outlast_env(url),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _stop(pool: subprocess.Popen[bytes]) -> None:
+    if pool.poll() is None:
+        pool.send_signal(signal.SIGTERM)
+    try:
+        pool.wait(30)
+    except subprocess.TimeoutExpired:
+        pool.kill()
+        pool.wait()
+
+
+def _cli(url: str, folder: Path, *args: str) -> str:
+    """``outlast ARGS``, waited for: its output."""
+    done = subprocess.run(
+        [sys.executable, "-m", "outlast", *args],
+        cwd=folder,
+        env=_outlast_env(url),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _registered(store: Store, pid: int) -> dict[str, Any]:
+    """The registry's record of the worker ``pid``, once it is there."""
+    found: dict[str, Any] = until(
+        lambda: next((w for w in store.workers() if w.get("pid") == pid), None),
+        30,
+        f"worker {pid} in the registry",
+    )
+    return found
+
+
+def _status(server: Server, job_id: str) -> str | None:
+    """The job's status as the HTTP API answers it (None: no such job)."""
+    response = httpx.get(f"{server.url}/jobs/{job_id}", headers=server.headers(), timeout=30)
+    if response.status_code == 404:
+        return None
+    response.raise_for_status()
+    status: str = response.json()["status"]
+    return status
+
+
+class Dialogs:
+    """Answers the page's confirm() dialogs with the answers queued (accept when none is),
+    and keeps what they asked."""
+
+    def __init__(self, page: Any) -> None:
+        self.asked: list[str] = []
+        self.answers: list[bool] = []
+        page.on("dialog", self._answer)
+
+    def _answer(self, dialog: Any) -> None:
+        self.asked.append(dialog.message)
+        if self.answers.pop(0) if self.answers else True:
+            dialog.accept()
+        else:
+            dialog.dismiss()
+
+
+def _watch(page: Any, problems: list[str]) -> None:
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on("console", lambda msg: _console(msg, problems))
+    page.on("response", lambda response: _response(response, problems))
+
+
+# ------------------------------------------------------------------ the pages beside the list
+def test_the_workers_page_lists_a_live_pool_and_the_queues_page_counts_jobs(
+    shown: tuple[Server, Store, str], page: Any, tmp_path: Path
+) -> None:
+    """Workers, Queues and Schedules are pages of their own (an address and a nav link
+    each). The Workers page shows a real ``outlast worker`` pool with its kind, host, pid,
+    queues and concurrency; the Queues page each queue's pending, running and paused jobs."""
+    secured, store, url = shown
+    pool = _pool(url, tmp_path, "--queue", "browser-idle", "-c", "3")
+    held = []  # running jobs of this process: their tasks hold their locks
+    try:
+        alpha = [store.create(kind="function", name="alpha.job", queue="alpha") for _ in range(5)]
+        alpha[3].start()
+        alpha[4].start()
+        alpha[4].succeed(None)
+        beta = [store.create(kind="function", name="beta.job", queue="beta") for _ in range(4)]
+        for task in beta[1:]:
+            task.start()
+        beta[3].pause({"question": "go on?"})
+        held += [alpha[3], beta[1], beta[2]]
+        problems: list[str] = []
+        _watch(page, problems)
+        doc = _registered(store, pool.pid)
+        page.goto(f"{secured.url}/?token={TOKEN}#/workers")
+        row = page.locator(f'#workers tr[data-id="{doc["name"]}"]')
+        row.wait_for()
+        cells = row.locator("td").all_inner_texts()
+        assert cells[:6] == ["pool", doc["host"], str(pool.pid), "browser-idle", "3", "0"], cells
+        assert cells[6] == doc["version"], cells
+        assert page.locator("#workers-empty").is_hidden()
+        assert page.locator("#nav-workers").get_attribute("aria-current") == "page"
+        assert page.locator("#list-view").is_hidden() and page.title() == "Workers · outlast"
+        page.locator("#live[data-state='live']").wait_for()
+        page.screenshot(path=str(shots(tmp_path) / "dashboard-workers.png"))
+
+        page.get_by_role("link", name="Queues").click()
+        assert page.url.endswith("#/queues")
+        queue_cells = {"alpha": ["3", "1", "0", "1"], "beta": ["1", "2", "1", "0"]}
+        for name, (pending, running, paused, finished) in queue_cells.items():
+            tr = page.locator(f'#queues tr[data-id="{name}"]')
+            expect(tr.locator("td.q-name")).to_have_text(name)
+            expect(tr.locator("td.q-pending")).to_have_text(pending)
+            expect(tr.locator("td.q-running")).to_have_text(running)
+            expect(tr.locator("td.q-paused")).to_have_text(paused)
+            expect(tr.locator("td.q-finished")).to_have_text(finished)
+        assert page.locator("#queues tr").count() == 2
+        assert page.locator("#queues-summary").inner_text() == "2 queues · 4 pending · 3 running"
+        assert page.locator("#workers-view").is_hidden()
+        page.screenshot(path=str(shots(tmp_path) / "dashboard-queues.png"))
+
+        page.get_by_role("link", name="Schedules").click()
+        page.locator("#schedules-empty").filter(has_text="No schedules yet").wait_for()
+        page.get_by_role("link", name="Jobs", exact=True).click()
+        _rows_are(page, [t.id for t in [*alpha, *beta][::-1]])
+        assert not problems, problems
+    finally:
+        _stop(pool)
+
+
+def test_every_page_fits_a_phone_screen(
+    shown: tuple[Server, Store, str], page: Any, tmp_path: Path
+) -> None:
+    """At 420 px wide nothing makes the page scroll sideways: the header wraps, and a wide
+    table scrolls inside its card: the list, a job, the workers, queues and schedules."""
+    from outlast import cron
+
+    secured, store, url = shown
+    pool = _pool(url, tmp_path, "--queue", "browser-idle-queue-with-a-long-name", "-c", "16")
+    try:
+        paused = _scenery(store, command=False)
+        template = cron.template("command", "backup", command=["./backup.sh", "--all", "-v"])
+        store.add_schedule(
+            cron.new_schedule("nightly-backup-of-the-shop", template, cron="0 3 * * *")
+        )
+        store.set_slots("gpu-with-a-long-name", 2)
+        problems: list[str] = []
+        _watch(page, problems)
+        page.set_viewport_size({"width": 420, "height": 860})
+        _registered(store, pool.pid)
+        page.goto(f"{secured.url}/?token={TOKEN}")
+        pages = {
+            "#/": f'#jobs tr[data-id="{paused}"]',
+            f"#/jobs/{paused}": "#question-card:not([hidden]) #question",
+            "#/workers": '#workers tr[data-kind="pool"]',
+            "#/queues": '#queues tr[data-id="default"]',
+            "#/schedules": '#schedules tr[data-id="nightly-backup-of-the-shop"]',
+        }
+        for address, ready in pages.items():
+            page.evaluate("(address) => { location.hash = address; }", address)
+            page.locator(ready).wait_for()
+            if address == "#/":
+                page.locator("#activity:not([hidden]) #chart-wait canvas").wait_for()
+            else:
+                page.locator("#live[data-state='live']").wait_for()
+            wide = page.evaluate(
+                """() => [document.documentElement.scrollWidth,
+                    [...document.querySelectorAll('body *')]
+                        .filter((el) => el.getBoundingClientRect().right > 420.5
+                            && !el.closest('.table-card, .scroll, .nav, pre'))
+                        .map((el) => `${el.tagName}#${el.id}.${el.className}`).slice(0, 5)]"""
+            )
+            assert wide[0] <= 420, (address, wide)
+            for element in ("#live", ".top .nav", "main"):
+                box = page.locator(element).bounding_box()
+                assert box["x"] >= 0 and box["x"] + box["width"] <= 420, (address, element)
+            shot = {"#/": "dashboard-phone.png", f"#/jobs/{paused}": "dashboard-phone-job.png"}
+            if address in shot:
+                page.screenshot(path=str(shots(tmp_path) / shot[address]))
+        assert not problems, problems
+    finally:
+        _stop(pool)
+
+
+# ------------------------------------------------------------------ selected rows
+def test_bulk_actions_on_selected_rows(
+    shown: tuple[Server, Store, str], page: Any, tmp_path: Path
+) -> None:
+    """A box on each row (and one for the page) selects jobs, by mouse or Space; the bar's
+    Cancel, Retry and Delete selected ask with the count, act on exactly those jobs through
+    ``POST /jobs/bulk/{action}`` with their ids, and clear the selection."""
+    secured, store, _ = shown
+    pending = [store.create(kind="function", name=f"sync.part{i}").id for i in range(3)]
+    failed = []
+    for i in range(2):
+        task = store.create(kind="function", name=f"ingest.part{i}")
+        task.start()
+        task.fail(ConnectionError("partner API answered 503"), retry=False)
+        failed.append(task.id)
+    problems: list[str] = []
+    _watch(page, problems)
+    dialogs = Dialogs(page)
+    page.goto(f"{secured.url}/?token={TOKEN}")
+    _rows_are(page, [*failed[::-1], *pending[::-1]])
+    bar = page.locator("#selection")
+    assert bar.is_hidden()
+
+    # the mouse ticks one box; the keyboard (Space on a focused box) the other
+    page.locator(f'tr[data-id="{pending[0]}"] input.select').click()
+    assert "#/jobs/" not in page.url  # a box selects, it does not open the job
+    box = page.locator(f'tr[data-id="{pending[1]}"] input.select')
+    box.focus()
+    page.keyboard.press("Space")
+    expect(page.locator("#selection-count")).to_have_text("2 selected")
+    assert page.locator('#jobs tr[data-selected="true"]').count() == 2
+    assert page.locator("#select-page").evaluate("box => box.indeterminate")
+    page.screenshot(path=str(shots(tmp_path) / "dashboard-selection.png"))
+    bar.get_by_role("button", name="Cancel selected").click()
+    expect(page.locator(f'tr[data-id="{pending[1]}"]')).to_have_attribute("data-status", "canceled")
+    expect(page.locator(f'tr[data-id="{pending[0]}"]')).to_have_attribute("data-status", "canceled")
+    assert dialogs.asked == ["Cancel 2 selected jobs?"]
+    assert [_status(secured, j) for j in pending] == ["canceled", "canceled", "pending"]
+    assert [_status(secured, j) for j in failed] == ["failed", "failed"]
+    expect(bar).to_be_hidden()
+    assert page.locator("#jobs input.select:checked").count() == 0
+
+    # the page's box selects every failed job shown; retried, each gets a new job
+    page.locator(".chip", has_text="failed").click()
+    _rows_are(page, failed[::-1])
+    page.locator("#select-page").check()
+    expect(page.locator("#selection-count")).to_have_text("2 selected")
+    bar.get_by_role("button", name="Retry selected").click()
+    expect(bar).to_be_hidden()
+    assert dialogs.asked[-1] == "Retry 2 selected jobs?"
+    retried = []
+    for job in failed:
+        retries = httpx.get(
+            f"{secured.url}/jobs/{job}/retries", headers=secured.headers(), timeout=30
+        ).json()["jobs"]
+        assert len(retries) == 1 and _status(secured, retries[0]) == "pending", retries
+        retried += retries
+
+    # delete asks first: dismissed, nothing goes; a live job in the selection is left alone
+    page.locator(".chip", has_text="all").click()
+    expect(page.locator("#jobs tr")).to_have_count(7)
+    listed = page.locator("#jobs tr").evaluate_all("rows => rows.map((r) => r.dataset.id)")
+    assert sorted(listed) == sorted([*retried, *failed, *pending])
+    for job in (*failed, pending[2]):
+        page.locator(f'tr[data-id="{job}"] input.select').check()
+    expect(page.locator("#selection-count")).to_have_text("3 selected")
+    dialogs.answers = [False]
+    bar.get_by_role("button", name="Delete selected").click()
+    assert dialogs.asked[-1] == (
+        "Delete 2 selected jobs with their events and logs?"
+        " (1 job of the selection is not finished: left as it is)"
+    )
+    assert [_status(secured, j) for j in failed] == ["failed", "failed"]
+    expect(page.locator("#selection-count")).to_have_text("3 selected")  # still selected
+    bar.get_by_role("button", name="Delete selected").click()
+    expect(page.locator(f'tr[data-id="{failed[0]}"]')).to_have_count(0)
+    expect(page.locator(f'tr[data-id="{failed[1]}"]')).to_have_count(0)
+    assert [_status(secured, j) for j in failed] == [None, None]
+    assert _status(secured, pending[2]) == "pending"
+    expect(bar).to_be_hidden()
+    assert not problems, problems
+
+
+# ------------------------------------------------------------------ a job's page
+JOBS_FILE = """
+import outlast
+
+
+def _fetch(payload):
+    print("stage fetch: 3 files listed", flush=True)
+    return {"files": 3}, "listed"
+
+
+def _load(payload):
+    print("stage load: 3 files loaded", flush=True)
+    return {"loaded": 3}, "loaded"
+
+
+PIPE = outlast.Pipeline(
+    "browser.pipe", [outlast.Stage("fetch", _fetch), outlast.Stage("load", _load)], attempts=1
+)
+
+
+@outlast.job(name="browser.flaky", attempts=1)
+def flaky(feed):
+    print(f"fetching {feed}: try 1 of 1", flush=True)
+    raise ConnectionError(f"{feed} answered 503")
+"""
+
+
+def test_the_job_page_shows_the_log_of_a_command_a_pipeline_and_a_failed_function(
+    shown: tuple[Server, Store, str], page: Any, tmp_path: Path
+) -> None:
+    """Real jobs run by real processes (a detached command; a pipeline and a failing
+    function in an ``outlast worker`` pool): each job's page shows what it printed, and the
+    failed function's its traceback too."""
+    secured, _, url = shown
+    (tmp_path / "browser_jobs.py").write_text(JOBS_FILE)
+    imports = ("--import", "browser_jobs.py")
+    command = _cli(url, tmp_path, "run", "--name", "browser.cmd", "--", "sh", "-c",
+                   "echo hello from a command; echo and its stderr >&2")  # fmt: skip
+    pipeline = _cli(url, tmp_path, "submit", "browser.pipe", "--payload", "{}", *imports)
+    flaky = _cli(url, tmp_path, "submit", "browser.flaky", "--kwargs",
+                 json.dumps({"feed": "partner"}), *imports)  # fmt: skip
+    pool = _pool(url, tmp_path, *imports, "--burst", "-c", "2")
+    try:
+        problems: list[str] = []
+        _watch(page, problems)
+        log = page.locator("#log")
+        page.goto(f"{secured.url}/?token={TOKEN}#/jobs/{command}")
+        page.locator("#job-status").filter(has_text="succeeded").wait_for(timeout=20000)
+        expect(log).to_contain_text("hello from a command", timeout=10000)
+        expect(log).to_contain_text("and its stderr")
+
+        page.goto(f"{secured.url}/#/jobs/{pipeline}")
+        page.locator("#job-status").filter(has_text="succeeded").wait_for(timeout=20000)
+        expect(log).to_contain_text("stage fetch: 3 files listed", timeout=10000)
+        expect(log).to_contain_text("stage load: 3 files loaded")
+        assert "pipeline" in page.locator("#job-sub").inner_text()
+
+        page.goto(f"{secured.url}/#/jobs/{flaky}")
+        page.locator("#job-status").filter(has_text="failed").wait_for(timeout=20000)
+        expect(log).to_contain_text("fetching partner: try 1 of 1", timeout=10000)
+        assert "partner answered 503" in page.locator("#outcome .error-msg").inner_text()
+        page.locator("#outcome details.traceback summary").click()
+        trace = page.locator("#outcome details.traceback pre")
+        expect(trace).to_contain_text("ConnectionError: partner answered 503")
+        expect(trace).to_contain_text("in flaky")
+        assert not problems, problems
+    finally:
+        _stop(pool)
+
+
+def test_delete_asks_a_resume_answer_is_json_and_the_arrow_keys_move(
+    shown: tuple[Server, Store, str], page: Any
+) -> None:
+    """Down and Up move between the list's rows (and between their boxes), Enter opens one;
+    a non-JSON answer is refused with the hint to quote it, the quoted one resumes the job;
+    Delete asks first: dismissed, the job stays; accepted, it is gone and the list is back."""
+    secured, store, _ = shown
+    done = store.create(kind="function", name="reports.done")
+    done.start()
+    done.succeed({"pages": 3})
+    asks = store.create(kind="function", name="deploy.asks")
+    asks.start()
+    asks.pause({"question": "Go on?"})
+    rows = [store.create(kind="function", name=f"queued.{i}").id for i in range(3)][::-1]
+    shown_ids = [*rows, asks.id, done.id]
+    problems: list[str] = []
+    _watch(page, problems)
+    dialogs = Dialogs(page)
+    page.goto(f"{secured.url}/?token={TOKEN}")
+    _rows_are(page, shown_ids)
+
+    def focused() -> Any:
+        return page.evaluate(
+            """() => { const el = document.activeElement;
+                const tr = el && el.closest('#jobs tr');
+                return tr ? [tr.dataset.id, el === tr ? 'row' : el.className] : null; }"""
+        )
+
+    page.locator(f'tr[data-id="{rows[0]}"]').focus()
+    page.keyboard.press("ArrowDown")
+    assert focused() == [rows[1], "row"]
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowUp")
+    assert focused() == [rows[1], "row"]
+    page.keyboard.press("Space")  # Space on a row selects it
+    expect(page.locator("#selection-count")).to_have_text("1 selected")
+    page.locator(f'tr[data-id="{rows[1]}"] input.select').focus()
+    page.keyboard.press("ArrowDown")  # from a box to the next row's box
+    assert focused() == [rows[2], "select"]
+    page.keyboard.press("Space")
+    expect(page.locator("#selection-count")).to_have_text("2 selected")
+    assert "#/jobs/" not in page.url
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("ArrowUp")
+    assert focused() == [rows[0], "select"]
+    page.locator(f'tr[data-id="{rows[2]}"]').focus()
+    page.keyboard.press("ArrowDown")
+    assert focused() == [asks.id, "row"]
+    page.keyboard.press("Enter")
+    page.locator("#job-name").filter(has_text="deploy.asks").wait_for()
+    assert page.url.endswith(f"#/jobs/{asks.id}")
+
+    # the answer is JSON: a bare string is refused, with the hint to quote it
+    page.locator("#question").filter(has_text="Go on?").wait_for()
+    page.locator("#answer").fill("yes please")
+    page.get_by_role("button", name="Resume job").click()
+    expect(page.locator("#toast")).to_have_text(
+        'Not JSON: to answer with a string, quote it: "yes please"'
+    )
+    assert page.locator("#toast").get_attribute("class") == "toast bad"
+    assert _status(secured, asks.id) == "paused"
+    assert page.locator("#job-status").inner_text() == "paused"
+    page.locator("#answer").fill('"yes please"')
+    page.get_by_role("button", name="Resume job").click()
+    page.locator("#job-status").filter(has_text="pending").wait_for(timeout=10000)
+    assert _status(secured, asks.id) == "pending"
+    assert store.get(asks.id).answer == "yes please"
+
+    # Delete asks: dismissed, nothing is deleted and the page stays
+    page.get_by_role("link", name="All jobs").click()
+    page.locator(f'tr[data-id="{done.id}"]').click()
+    page.locator("#job-status").filter(has_text="succeeded").wait_for()
+    dialogs.answers = [False]
+    page.get_by_role("button", name="Delete").click()
+    assert dialogs.asked == ["Delete job reports.done with its events and log?"]
+    assert _status(secured, done.id) == "succeeded"
+    assert page.url.endswith(f"#/jobs/{done.id}") and page.locator("#delete").is_visible()
+    # accepted: gone, and the list is back without it
+    page.get_by_role("button", name="Delete").click()
+    page.locator("#list-view:not([hidden])").wait_for()
+    assert not page.url.endswith(done.id)
+    assert len(dialogs.asked) == 2
+    expect(page.locator(f'#jobs tr[data-id="{done.id}"]')).to_have_count(0)
+    assert _status(secured, done.id) is None
+    _rows_are(page, [*rows, asks.id])
+    assert not problems, problems

@@ -13,6 +13,7 @@ const S = {
   query: { name: null, id_prefix: null, labels: [] }, // the search box, parsed
   guessed: null, // a word no name holds, searched as an id prefix instead
   page: 0, // the page shown, 0 the newest
+  target: 0, // the page last asked for (the page shown once it is read)
   cursors: [null], // cursors[i]: the `before` of page i (null: none older)
   listStream: null,
   current: null, // the job page's job id
@@ -22,6 +23,8 @@ const S = {
   lastSeq: 0,
   logTimer: null,
   tokenWaiters: [],
+  selected: new Set(), // ids of the rows ticked for a bulk action, on the page in view
+  view: null, // the workers, queues or schedules page shown (null: the list or a job)
 };
 
 // ------------------------------------------------------------------ helpers
@@ -222,38 +225,135 @@ function pctText(job) {
 
 function row(job, previous) {
   const labels = Object.entries(job.labels || {}).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`));
+  const box = h("input", {
+    type: "checkbox",
+    class: "select",
+    "aria-label": `select ${job.name} (${job.id.slice(-10)})`,
+    checked: S.selected.has(job.id),
+  });
+  box.addEventListener("change", () => select(job.id, box.checked));
+  const pick = h("td", { class: "c-select" }, box);
+  pick.addEventListener("click", (e) => {
+    // the box (or its cell) selects the row; it does not open the job
+    e.stopPropagation();
+    if (e.target !== box) box.click();
+  });
   const tr = h(
     "tr",
-    { "data-id": job.id, "data-status": job.status, class: job.status, tabindex: "0", role: "link", "aria-label": `${job.name}, ${job.status}` },
-    h("td", {}, h("span", { class: `pill ${job.status}` }, job.status)),
+    { "data-id": job.id, "data-status": job.status, class: job.status, tabindex: "0", role: "link", "aria-label": `${job.name}, ${job.status}`, "data-selected": S.selected.has(job.id) ? "true" : null },
+    pick,
+    h("td", { class: "c-status" }, h("span", { class: `pill ${job.status}` }, job.status)),
     h(
       "td",
-      {},
+      { class: "c-job" },
       h("div", { class: "job-name" }, job.name, job.priority ? h("span", { class: "prio", title: "priority" }, ` p${job.priority > 0 ? "+" : ""}${job.priority}`) : null),
       h("div", { class: "sub" }, job.kind === "command" && job.command ? job.command.join(" ") : job.kind),
       labels.length ? h("div", { class: "labels" }, labels) : null,
     ),
-    h("td", {}, h("div", { class: "progress-cell" }, progressBar(job, false, previous), h("span", { class: "pct" }, pctText(job)))),
-    h("td", { class: "step" }, job.step ? `${job.step}` : h("span", { class: "muted" }, "—"),
+    h("td", { class: "c-progress" }, h("div", { class: "progress-cell" }, progressBar(job, false, previous), h("span", { class: "pct" }, pctText(job)))),
+    h("td", { class: "c-step step" }, job.step ? `${job.step}` : h("span", { class: "muted" }, "—"),
       job.phase && job.step ? h("div", { class: "sub" }, job.phase) : null,
       waiting(job) ? h("div", { class: "due", "data-runs-at": job.run_after }, `runs ${fromNow(job.run_after)}`) : null,
       job.status === "failed" && job.error ? h("div", { class: "err", title: job.error.message }, job.error.message) : null),
-    h("td", { class: "time", "data-ago": job.created_at }, ago(job.created_at)),
-    h("td", { class: "time", "data-duration": "1" }, duration(job)),
-    h("td", { class: "id", title: job.id }, job.id.slice(-10)),
+    h("td", { class: "c-time time", "data-ago": job.created_at }, ago(job.created_at)),
+    h("td", { class: "c-time time", "data-duration": "1" }, duration(job)),
+    h("td", { class: "c-id id", title: job.id }, job.id.slice(-10)),
   );
   const open = () => (location.hash = `#/jobs/${encodeURIComponent(job.id)}`);
   tr.addEventListener("click", open);
   tr.addEventListener("keydown", (e) => {
-    // Enter opens the job; the arrow keys move between rows
-    if (e.key === "Enter") open();
-    else if (e.key === "ArrowDown" && tr.nextElementSibling) tr.nextElementSibling.focus();
-    else if (e.key === "ArrowUp" && tr.previousElementSibling) tr.previousElementSibling.focus();
-    else return;
+    // On a row: Enter opens the job, Space selects it; the arrow keys move between rows (from
+    // a row's box to the next row's box). On the box, Space is the box's own.
+    const onBox = e.target === box;
+    if (e.key === "Enter" && !onBox) open();
+    else if (e.key === " " && !onBox) box.click();
+    else if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      const next = e.key === "ArrowDown" ? tr.nextElementSibling : tr.previousElementSibling;
+      if (!next) return;
+      (onBox ? next.querySelector("input.select") : next).focus();
+    } else return;
     e.preventDefault();
   });
   return tr;
 }
+
+// ------------------------------------------------------------------ selected rows
+function select(id, on) {
+  if (on) S.selected.add(id);
+  else S.selected.delete(id);
+  renderSelection();
+}
+
+// The bar of actions on the selected rows, the boxes and the page's select-all box.
+function renderSelection() {
+  for (const id of [...S.selected]) if (!S.jobs.has(id)) S.selected.delete(id); // gone from view
+  const n = S.selected.size;
+  $("selection").hidden = n === 0;
+  $("selection-count").textContent = `${n} selected`;
+  const rows = [...$("jobs").children];
+  for (const tr of rows) {
+    const on = S.selected.has(tr.dataset.id);
+    const box = tr.querySelector("input.select");
+    if (box && box.checked !== on) box.checked = on;
+    if (on) tr.dataset.selected = "true";
+    else delete tr.dataset.selected;
+  }
+  const all = $("select-page");
+  const picked = rows.filter((tr) => S.selected.has(tr.dataset.id)).length;
+  all.checked = rows.length > 0 && picked === rows.length;
+  all.indeterminate = picked > 0 && picked < rows.length;
+  all.disabled = rows.length === 0;
+}
+
+function clearSelection() {
+  S.selected.clear();
+  renderSelection();
+}
+
+$("select-page").addEventListener("change", (e) => {
+  for (const tr of $("jobs").children) {
+    if (e.target.checked) S.selected.add(tr.dataset.id);
+    else S.selected.delete(tr.dataset.id);
+  }
+  renderSelection();
+});
+$("selection-clear").addEventListener("click", clearSelection);
+
+// Which selected jobs an action applies to: cancel the live ones, retry or delete the
+// finished ones (the others are left as they are, and the question says so).
+const SELECTED = {
+  cancel: { fits: (job) => !TERMINAL.has(job.status), done: "Canceled", left: "finished already" },
+  retry: { fits: (job) => TERMINAL.has(job.status), done: "Retried", left: "not finished" },
+  delete: { fits: (job) => TERMINAL.has(job.status), done: "Deleted", left: "not finished" },
+};
+
+async function bulkSelected(action) {
+  const rule = SELECTED[action];
+  const chosen = [...S.selected].map((id) => S.jobs.get(id)).filter(Boolean);
+  const ids = chosen.filter(rule.fits).map((job) => job.id);
+  const verb = `${action[0].toUpperCase()}${action.slice(1)}`;
+  const jobs = (n) => `${n} job${n === 1 ? "" : "s"}`;
+  if (ids.length === 0) {
+    toast(`Nothing to ${action}: the selected ${chosen.length === 1 ? "job is" : "jobs are"} ${rule.left}`, true);
+    return;
+  }
+  const others = chosen.length - ids.length;
+  const skipped = others ? ` (${jobs(others)} of the selection ${others === 1 ? "is" : "are"} ${rule.left}: left as ${others === 1 ? "it is" : "they are"})` : "";
+  const extra = action === "delete" ? " with their events and logs" : "";
+  if (!window.confirm(`${verb} ${ids.length} selected job${ids.length === 1 ? "" : "s"}${extra}?${skipped}`)) return;
+  try {
+    const done = await api(`jobs/bulk/${action}`, { method: "POST", body: { ids } });
+    toast(`${rule.done} ${jobs(done.count)}`);
+    clearSelection();
+  } catch (e) {
+    toast(e.message, true);
+  }
+  loadList(0);
+}
+
+document.querySelectorAll("#selection [data-act]").forEach((button) =>
+  button.addEventListener("click", () => bulkSelected(button.dataset.act)),
+);
 
 // The search box: a word (or words) is a name search, `id:PREFIX` an id prefix, `key=value`
 // a label; every term must hold. Quotes are not needed: the words of a name are kept together.
@@ -322,6 +422,18 @@ function newer(a, b) {
   return a.created_at === b.created_at ? a.id > b.id : a.created_at > b.created_at;
 }
 
+// A row redrawn keeps the keyboard's focus (on the row, or on its box).
+function focusIn(tr) {
+  const active = document.activeElement;
+  if (!tr || !active || !tr.contains(active)) return null;
+  return active === tr ? "row" : "box";
+}
+
+function refocus(tr, focus) {
+  if (!tr || !focus) return;
+  (focus === "row" ? tr : tr.querySelector("input.select")).focus();
+}
+
 function upsert(job, flash, last) {
   const body = $("jobs");
   const old = body.querySelector(`tr[data-id="${CSS.escape(job.id)}"]`);
@@ -329,13 +441,18 @@ function upsert(job, flash, last) {
     if (old) old.remove();
     S.jobs.delete(job.id);
     renderSummary();
+    if (S.selected.has(job.id)) renderSelection();
     return;
   }
   if (!old && !last && S.page > 0) return;
   S.jobs.set(job.id, job);
   const fresh = row(job, old && old.querySelector(".progress"));
   if (flash && (!old || old.dataset.status !== job.status)) fresh.classList.add("flash");
-  if (old) old.replaceWith(fresh);
+  if (old) {
+    const focus = focusIn(old);
+    old.replaceWith(fresh);
+    refocus(fresh, focus);
+  }
   else if (last) body.append(fresh); // a page, read in order
   else {
     const after = [...body.children].find((tr) => {
@@ -345,6 +462,7 @@ function upsert(job, flash, last) {
     body.insertBefore(fresh, after || null);
   }
   renderSummary();
+  if (S.selected.size) renderSelection(); // the select-all box counts the new row
 }
 
 // Pages are cursors, not numbers: a page is "the PAGE jobs older than the last one of the
@@ -354,9 +472,12 @@ function upsert(job, flash, last) {
 // jobs are created. Newer goes back through the cursors this page came by.
 let listSeq = 0;
 async function loadList(move) {
-  const page = move === null ? 0 : Math.max(0, S.page + (move || 0));
+  // 0 reads again the page shown, or the one asked for and not yet read (a click on Older
+  // just before the stream's first "ready" must not be undone by its reload)
+  const page = move === null ? 0 : move === 0 ? S.target : Math.max(0, S.page + move);
   if (page > 0 && !S.cursors[page]) return; // nothing older
   const seq = ++listSeq;
+  S.target = page;
   const params = new URLSearchParams({ limit: PAGE });
   if (S.status) params.set("status", S.status);
   const q = searchParams(params);
@@ -366,6 +487,7 @@ async function loadList(move) {
     result = await api(`jobs?${params}`);
   } catch (e) {
     if (seq !== listSeq) return;
+    S.target = S.page;
     if (e.status === 400 || e.status === 422) showSearchError(e.message);
     else toast(`Could not list jobs: ${e.message}`, true);
     return;
@@ -379,14 +501,39 @@ async function loadList(move) {
   }
   if (page === 0 && result.jobs.length === 0) S.guessed = null; // not an id either
   S.listed = true;
+  if (page !== S.page || move === null) S.selected.clear(); // another page, filter or search
   S.page = page;
   S.cursors.length = page + 1;
   S.cursors.push(result.next);
-  S.jobs.clear();
-  $("jobs").replaceChildren();
-  result.jobs.forEach((job) => upsert(job, false, true));
+  showPage(result.jobs.filter(matches));
   renderPager();
   renderSummary();
+  renderSelection();
+}
+
+// A page read again: a row whose job did not change stays as it is (the keyboard's focus, a
+// key half pressed on it, its box), the others are drawn anew, in the page's order.
+function showPage(jobs) {
+  const body = $("jobs");
+  const before = new Map([...body.children].map((tr) => [tr.dataset.id, tr]));
+  const known = new Map(S.jobs);
+  const active = document.activeElement;
+  const focusedRow = active && active.closest ? active.closest("#jobs tr") : null;
+  const focus = focusedRow ? [focusedRow.dataset.id, focusIn(focusedRow)] : null;
+  S.jobs.clear();
+  jobs.forEach((job, i) => {
+    const old = before.get(job.id);
+    const same = old && known.has(job.id) && JSON.stringify(known.get(job.id)) === JSON.stringify(job);
+    const tr = same ? old : row(job, old && old.querySelector(".progress"));
+    before.delete(job.id);
+    S.jobs.set(job.id, job);
+    if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null);
+    if (old && old !== tr) old.remove();
+  });
+  before.forEach((tr) => tr.remove());
+  if (focus && !(focusedRow.isConnected && document.activeElement !== document.body)) {
+    refocus(body.querySelector(`tr[data-id="${CSS.escape(focus[0])}"]`), focus[1]);
+  }
 }
 
 function renderPager() {
@@ -844,19 +991,26 @@ async function loadGroups() {
   );
 }
 
+// The Queues page: each queue's jobs by status and its oldest wait; the groups below.
 async function loadQueues() {
   const page = await api("queues");
-  $("queues-card").hidden = page.queues.length === 0;
+  if (S.view !== "queues") return;
+  $("queues-empty").hidden = page.queues.length > 0;
   $("queues").replaceChildren(
     ...page.queues.map((q) =>
       h("tr", { "data-id": q.name },
-        h("td", {}, h("code", {}, q.name)),
-        h("td", {}, String(q.pending)),
-        h("td", {}, String(q.running)),
-        h("td", {}, String(q.paused)),
+        h("td", { class: "q-name" }, h("code", {}, q.name)),
+        h("td", { class: "q-pending" }, String(q.pending)),
+        h("td", { class: "q-running" }, String(q.running)),
+        h("td", { class: "q-paused" }, String(q.paused)),
         h("td", { class: "time" }, q.oldest_due_seconds ? fmtSeconds(q.oldest_due_seconds) : "—"),
-        h("td", {}, String(q.succeeded + q.failed + q.canceled), q.failed ? h("span", { class: "sub err-count" }, ` · ${q.failed} failed`) : null))),
+        h("td", { class: "q-finished" }, String(q.succeeded + q.failed + q.canceled), q.failed ? h("span", { class: "sub err-count" }, ` · ${q.failed} failed`) : null))),
   );
+  const sum = (key) => page.queues.reduce((n, q) => n + q[key], 0);
+  $("queues-summary").textContent = page.queues.length
+    ? `${page.queues.length} queue${page.queues.length === 1 ? "" : "s"} · ${sum("pending")} pending · ${sum("running")} running`
+    : "";
+  await loadGroups();
 }
 
 function fmtSeconds(seconds) {
@@ -865,35 +1019,37 @@ function fmtSeconds(seconds) {
   return `${(seconds / 3600).toFixed(1)} h`;
 }
 
+// The Workers page: the registry's live workers (liveness is each one's lock).
 async function loadWorkers() {
   const page = await api("workers");
-  $("workers-card").hidden = page.workers.length === 0;
+  if (S.view !== "workers") return;
+  $("workers-empty").hidden = page.workers.length > 0;
   $("workers").replaceChildren(
     ...page.workers.map((w) =>
-      h("tr", { "data-id": w.name },
-        h("td", {}, w.kind),
-        h("td", {}, h("code", {}, w.name)),
-        h("td", {}, w.job ? h("a", { href: `#/jobs/${encodeURIComponent(w.job)}` }, w.job) : (w.queues || []).join(", ") || "—"),
-        h("td", {}, w.concurrency === null || w.concurrency === undefined ? "—" : String(w.concurrency)),
-        h("td", {}, String(w.jobs)),
-        h("td", { class: "time" }, ago(w.since)))),
+      h("tr", { "data-id": w.name, "data-kind": w.kind },
+        h("td", { class: "w-kind" }, w.kind),
+        h("td", { class: "w-host" }, h("code", {}, w.host)),
+        h("td", { class: "w-pid" }, w.pid === null || w.pid === undefined ? "—" : String(w.pid)),
+        h("td", { class: "w-queues" }, w.job ? h("a", { class: "mono", href: `#/jobs/${encodeURIComponent(w.job)}` }, w.job) : (w.queues || []).join(", ") || "—"),
+        h("td", { class: "w-concurrency" }, w.concurrency === null || w.concurrency === undefined ? "—" : String(w.concurrency)),
+        h("td", { class: "w-jobs" }, String(w.jobs)),
+        h("td", { class: "w-version muted" }, w.version || "—"),
+        h("td", { class: "time", title: w.since ? new Date(w.since).toLocaleString() : "" }, ago(w.since)))),
   );
+  const busy = page.workers.reduce((n, w) => n + w.jobs, 0);
+  $("workers-summary").textContent = page.workers.length
+    ? `${page.workers.length} live · ${busy} running job${busy === 1 ? "" : "s"}`
+    : "";
 }
 
 async function loadSchedules() {
-  try {
-    await loadWorkers();
-    await loadQueues();
-    await loadGroups();
-    const page = await api("schedules");
-    const rows = page.schedules.map(scheduleRow);
-    $("schedules").replaceChildren(...rows);
-    $("schedules-empty").hidden = rows.length > 0;
-    const paused = page.schedules.filter((s) => s.paused).length;
-    $("schedules-summary").textContent = rows.length ? `${rows.length} schedule${rows.length === 1 ? "" : "s"}${paused ? ` · ${paused} paused` : ""}` : "";
-  } catch (e) {
-    toast(e.message, true);
-  }
+  const page = await api("schedules");
+  if (S.view !== "schedules") return;
+  const rows = page.schedules.map(scheduleRow);
+  $("schedules").replaceChildren(...rows);
+  $("schedules-empty").hidden = rows.length > 0;
+  const paused = page.schedules.filter((s) => s.paused).length;
+  $("schedules-summary").textContent = rows.length ? `${rows.length} schedule${rows.length === 1 ? "" : "s"}${paused ? ` · ${paused} paused` : ""}` : "";
 }
 
 async function scheduleAct(path, label) {
@@ -903,32 +1059,57 @@ async function scheduleAct(path, label) {
   } catch (e) {
     toast(e.message, true);
   }
-  loadSchedules();
+  refreshView();
 }
 
-function showSchedules(on) {
-  $("schedules-view").hidden = !on;
-  $("nav-schedules").classList.toggle("active", on);
-  $("nav-jobs").classList.toggle("active", !on);
-  clearInterval(S.scheduleTimer);
-  if (on) {
-    loadSchedules();
-    S.scheduleTimer = setInterval(loadSchedules, 5000);
+// The pages beside the list, each with its address (#/workers, #/queues, #/schedules), read
+// again every 5 s while shown.
+const VIEWS = {
+  workers: { load: loadWorkers, title: "Workers" },
+  queues: { load: loadQueues, title: "Queues" },
+  schedules: { load: loadSchedules, title: "Schedules" },
+};
+
+async function refreshView() {
+  const view = VIEWS[S.view];
+  if (!view) return;
+  try {
+    await view.load();
+  } catch (e) {
+    toast(e.message, true);
+  }
+}
+
+function showView(name) {
+  S.view = VIEWS[name] ? name : null;
+  for (const key of Object.keys(VIEWS)) $(`${key}-view`).hidden = key !== S.view;
+  for (const key of ["jobs", ...Object.keys(VIEWS)]) {
+    const on = key === (S.view || "jobs");
+    $(`nav-${key}`).classList.toggle("active", on);
+    if (on) $(`nav-${key}`).setAttribute("aria-current", "page");
+    else $(`nav-${key}`).removeAttribute("aria-current");
+  }
+  document.title = S.view ? `${VIEWS[S.view].title} · outlast` : "outlast";
+  clearInterval(S.viewTimer);
+  if (S.view) {
+    refreshView();
+    S.viewTimer = setInterval(refreshView, 5000);
   }
 }
 
 // ------------------------------------------------------------------ routing and start
 function route() {
   const m = location.hash.match(/^#\/jobs\/(.+)$/);
+  const page = location.hash.match(/^#\/(workers|queues|schedules)\/?$/);
   if (m) {
-    showSchedules(false);
+    showView(null);
     openJob(decodeURIComponent(m[1]));
-  } else if (location.hash === "#/schedules") {
+  } else if (page) {
     closeJob();
     $("list-view").hidden = true;
-    showSchedules(true);
+    showView(page[1]);
   } else {
-    showSchedules(false);
+    showView(null);
     closeJob();
     const text = hashSearch();
     S.listHash = location.hash || "#/";
