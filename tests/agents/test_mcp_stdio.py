@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +90,10 @@ def test_a_command_job_run_waited_for_with_progress_and_paged_through(harness: H
             client, "run_command", argv=["sh", "-c", script], name="lines", labels={"t": "mcp"}
         )
         assert doc["kind"] == "command" and doc["name"] == "lines" and doc["labels"] == {"t": "mcp"}
-        notes: list[tuple[float, str | None]] = []
+        notes: list[tuple[float, float | None, str]] = []
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
-            notes.append((done, message))
+            notes.append((done, total, message or ""))
 
         waited = await client.call_tool(
             "wait", {"job_id": doc["id"], "timeout": 60}, progress_callback=progress
@@ -102,9 +103,18 @@ def test_a_command_job_run_waited_for_with_progress_and_paged_through(harness: H
         assert out is not None
         assert out["reason"] == "succeeded" and out["job"]["status"] == "succeeded"
         assert notes, "no progress notification during the wait"
-        assert [n for n, _ in notes] == sorted({n for n, _ in notes}), "progress must grow"
-        assert any(m and "half" in m for _, m in notes), notes  # the job's own event
-        assert notes[-1][1] and notes[-1][1].startswith("succeeded")
+        done = [n for n, _, _ in notes]
+        assert done == sorted(done), f"progress went down: {notes}"
+        # before the job reports a percent: a counter, no total; once it does: out of 100,
+        # the percent its message shows too
+        totals = [t for _, t, _ in notes]
+        assert totals == sorted(totals, key=lambda t: t is not None), notes
+        assert all(t in (None, 100) for t in totals), notes
+        for n, t, m in notes:
+            assert t is None or f"{n:g}%" in m, (n, t, m)
+        [half] = [(n, t) for n, t, m in notes if "half" in m]  # the job's own event
+        assert half[1] == 100 and half[0] >= 50, notes
+        assert notes[-1][:2] == (100, 100) and notes[-1][2].startswith("succeeded"), notes
 
         # the log, paged by offset with a small limit: every line once, in order
         text, offset, pages = "", 0, 0
@@ -175,7 +185,8 @@ def test_a_paused_function_job_is_answered_through_mcp(harness: Harness) -> None
 
     async def session(client: Client) -> None:
         doc = await call(client, "submit", name="pt.ask", args=["ship it?"], labels={"a": "b"})
-        assert doc["kind"] == "function" and doc["status"] == "pending"
+        # the document as it is once stored: the pool may have taken it already
+        assert doc["kind"] == "function" and doc["status"] in ("pending", "running", "paused")
         waited = await call(client, "wait", job_id=doc["id"], timeout=60)
         assert waited["reason"] == "paused" and waited["question"] == "ship it?"
         assert waited["job"]["status"] == "paused"
@@ -216,3 +227,89 @@ def test_bad_input_gets_error_results_and_the_server_goes_on(tmp_path: Path) -> 
         assert harness.store.list(limit=None) == [], "a refused call left a job behind"
     finally:
         harness.close()
+
+
+def test_retrying_a_command_job_needs_allow_commands(tmp_path: Path) -> None:
+    """A retried command job runs its command again: a server that may not run commands
+    refuses it (the CLI made the job), one that may runs it once more."""
+    harness = Harness(tmp_path)
+    marker = tmp_path / "marker"
+    try:
+        made = harness.cli("run", "--", "sh", "-c", f"echo ran >> {marker}")
+        assert made.returncode == 0, made
+        job_id = made.stdout.strip()
+        assert harness.cli("wait", job_id).returncode == 0
+        assert marker.read_text() == "ran\n"
+
+        async def refusing(client: Client) -> None:
+            why = await refused(client, "retry", job_ids=[job_id])
+            assert "--allow-commands" in why and "command" in why and job_id in why, why
+            listed = await call(client, "list_jobs")
+            assert [j["id"] for j in listed["jobs"]] == [job_id], "a refused retry made a job"
+
+        _drive(harness, refusing)
+        assert marker.read_text() == "ran\n", "the command ran again"
+        assert [s.id for s in harness.store.list(limit=None)] == [job_id]
+
+        async def allowing(client: Client) -> None:
+            [again] = (await call(client, "retry", job_ids=[job_id]))["jobs"]
+            assert again["retry_of"] == job_id and again["kind"] == "command"
+            waited = await call(client, "wait", job_id=again["id"], timeout=60)
+            assert waited["reason"] == "succeeded", waited
+
+        _drive(harness, allowing, "--allow-commands")
+        assert marker.read_text() == "ran\nran\n"
+    finally:
+        harness.close()
+
+
+def test_submit_takes_the_options_of_job_options(tmp_path: Path) -> None:
+    """attempts, keep, at, limit_key/limit and on_conflict, as `outlast submit` and
+    job.options(...) take them: attempts end to end (a job declared with 2 attempts that fails
+    twice succeeds with attempts=3), the others as stored; their mistakes are error results."""
+    harness = Harness(tmp_path)
+    try:
+        _submit_with_options(harness)
+    finally:
+        harness.close()
+
+
+def _submit_with_options(harness: Harness) -> None:
+    harness.worker()
+    calls = harness.tmp / "calls"
+    later = (datetime.now(UTC) + timedelta(days=2)).replace(microsecond=0)
+
+    async def session(client: Client) -> None:
+        flaky = await call(
+            client, "submit", name="pt.flaky2", args=[str(calls), 2], attempts=3, keep="1d"
+        )
+        assert flaky["max_attempts"] == 3
+        done = await call(client, "wait", job_id=flaky["id"], timeout=60)
+        assert done["reason"] == "succeeded", done
+        assert done["job"]["attempts"] == 3 and done["job"]["result"] == 3
+
+        doc = await call(
+            client, "submit", name="pt.noop", at=later.isoformat(), limit_key="t:7", limit=2,
+            unique_key="u1",
+        )  # fmt: skip
+        assert doc["status"] == "pending"
+        assert datetime.fromisoformat(doc["run_after"]) == later
+        same = await call(client, "submit", name="pt.noop", unique_key="u1")
+        assert same["id"] == doc["id"]
+        assert "u1" in await refused(
+            client, "submit", name="pt.noop", unique_key="u1", on_conflict="raise"
+        )
+        assert "not both" in await refused(
+            client, "submit", name="pt.noop", delay="1h", at=later.isoformat()
+        )
+        assert "limit key" in await refused(client, "submit", name="pt.noop", limit=2)
+        assert await refused(client, "submit", name="pt.noop", at="tomorrow")
+        assert await refused(client, "submit", name="pt.noop", keep="soon")
+        assert await refused(client, "submit", name="pt.noop", attempts=0)
+        await call(client, "cancel", job_id=doc["id"])
+
+    _drive(harness, session, "--import", JOBS)
+    states = {s.name: s for s in harness.store.list(limit=None)}
+    assert states["pt.flaky2"].keep == 86400
+    assert states["pt.noop"].limit_key == "t:7" and states["pt.noop"].limit == 2
+    assert len(harness.store.list(limit=None)) == 2, "a refused submit left a job behind"

@@ -1,18 +1,20 @@
 """The CLI as agents and scripts use it: a canceled job's ``wait`` returns once its
-processes are gone, global options before the verb, one JSON shape for listings, JSON
-options that say how to quote, exit codes in every verb's help. (``wait`` on a paused job:
-tests/jobs/test_wait_paused.py.)"""
+processes are gone, global options before the verb, one JSON shape for listings (the same as
+``GET /jobs``), JSON options that say how to write their value, exit codes in every verb's
+and group's help. (``wait`` on a paused job: tests/jobs/test_wait_paused.py.)"""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from outlast.cli.app import cli as click_cli
-from tests.cli.helpers import Outlast
+from tests.cli.helpers import DOC_FIELDS, Outlast
+from tests.http.harness import Server
 from tests.waiting import alive, until
 
 
@@ -75,12 +77,45 @@ def test_json_options_say_how_to_quote_a_string(cli: Outlast, argv: list[str]) -
     assert "Traceback" not in result.err
 
 
+@pytest.mark.parametrize(
+    ("option", "shape"),
+    [("--args", list), ("--kwargs", dict), ("--payload", dict)],
+)
+@pytest.mark.parametrize("verb", [["submit", "pt.noop"], ["schedule", "add", "s", "--job", "j"]])
+def test_json_options_say_how_to_write_a_list_or_an_object(
+    cli: Outlast, verb: list[str], option: str, shape: type
+) -> None:
+    every = ["--every", "1m"] if verb[0] == "schedule" else []
+    result = cli(*verb, *every, option, "hi")
+    assert result.code == 2, result
+    assert "not JSON" in result.err and "Traceback" not in result.err, result.err
+    found = re.search(r"write it as JSON: '([^']*)'", result.err)
+    assert found is not None, result.err
+    assert isinstance(json.loads(found[1]), shape), result.err
+    if shape is list:
+        assert found[1] == '["hi"]', result.err
+    else:
+        assert found[1] == '{"key": "value"}', result.err
+
+
+def test_the_hint_for_args_is_accepted(cli: Outlast) -> None:
+    """What the hint says to write for ``--args hi`` is taken."""
+    env = {"PYTHONPATH": str(Path(__file__).parents[2])}
+    submit = ["submit", "pt.noop", "--import", "tests.pool.jobs_for_tests"]
+    refused = cli(*submit, "--args", "hi", env=env)
+    found = re.search(r"write it as JSON: '([^']*)'", refused.err)
+    assert refused.code == 2 and found is not None, refused
+    doc = cli(*submit, "--args", found[1], "--json", env=env).json()
+    assert doc["call"]["args"] == ["hi"]
+
+
 def test_every_verb_names_its_exit_codes_in_help(tmp_path: Path) -> None:
     runner = CliRunner()
     verbs: list[list[str]] = []
     for name, command in click_cli.commands.items():  # type: ignore[attr-defined]
         subs = getattr(command, "commands", None)
-        verbs += [[name, sub] for sub in subs] if subs else [[name]]
+        verbs += [[name], *([name, sub] for sub in subs)] if subs else [[name]]
+    assert ["group"] in verbs and ["schedule"] in verbs
     assert len(verbs) > 20
     for verb in verbs:
         shown = runner.invoke(click_cli, [*verb, "--help"])
@@ -130,3 +165,32 @@ def test_logs_by_pieces(cli: Outlast) -> None:
     assert cli("logs", job_id, "--offset", "7").ok().out.startswith("line-2\n")
     both = cli("logs", job_id, "--tail", "1", "--offset", "0")
     assert both.code == 2 and "not both" in both.err
+
+
+def test_ls_json_and_get_jobs_print_the_same_shape(cli: Outlast) -> None:
+    ids = [cli("run", "--label", "same=1", "--", "true").ok().out.strip() for _ in range(3)]
+    for job_id in ids:
+        cli("wait", job_id).ok()
+    server = Server(cli.url, cli.tmp)
+    try:
+        with server.client() as http:
+            pages = [
+                http.get("/jobs", params={"limit": 2, "label": "same=1"}),
+                http.get("/jobs", params={"limit": 2, "before": ids[1]}),
+            ]
+        listed = [
+            cli("ls", "--limit", "2", "--label", "same=1", "--json").json(),
+            cli("ls", "--limit", "2", "--before", ids[1], "--json").json(),
+        ]
+    finally:
+        server.close()
+    for answer, page in zip(pages, listed, strict=True):
+        assert answer.status_code == 200, answer.text
+        got = answer.json()
+        assert set(got) == set(page) == {"jobs", "next"}, (got, page)
+        assert got["next"] == page["next"]
+        assert [d["id"] for d in got["jobs"]] == [d["id"] for d in page["jobs"]]
+        for over_http, on_cli in zip(got["jobs"], page["jobs"], strict=True):
+            assert set(over_http) == set(on_cli), set(over_http) ^ set(on_cli)
+            assert set(on_cli) >= DOC_FIELDS
+    assert listed[0]["next"] == ids[1] and [d["id"] for d in listed[1]["jobs"]] == [ids[0]]

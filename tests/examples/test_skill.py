@@ -23,6 +23,10 @@ replaced by what was kept. The example paths under ``/tmp/`` move into the test'
 skill tells the agent to choose its own). Every output of a command with ``--json`` must be
 JSON; a job document in it must have every field of DESIGN.md.
 
+The general skill must also page the log as the MCP ``logs`` tool does: ``outlast logs ID
+--offset N --json`` calls that keep ``next_offset`` for the next one, whose output has that
+tool's fields.
+
 A third test runs ``outlast [VERB] --help`` for every ``outlast VERB --option`` the skills
 name anywhere (code blocks and inline code) and checks that the verb and its options exist.
 """
@@ -59,6 +63,7 @@ pytestmark = pytest.mark.timeout(240)
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 NAME = r"[A-Z_][A-Z0-9_]*"
 PATH = r"[A-Za-z_]\w*(?:\.\w+)*"
+LOGS_PAGE = re.compile(r"\boutlast logs \S+ --offset \S+.* --json\b")
 KEEP_OUTPUT = re.compile(rf"({NAME})=\$\((.*)\)", re.DOTALL)
 CLAUSES = {
     "exit": re.compile(r"exit (\d+)"),
@@ -253,6 +258,7 @@ class Runner:
         self.server: dict[str, Any] | None = None
         self.tools: dict[str, Any] = {}  # name -> the MCP Tool, once a server was asked
         self.called: set[str] = set()
+        self.outputs: dict[str, Any] = {}  # a shell step's place -> its JSON output
 
     def localize(self, text: str) -> str:
         """The skill's example paths under ``/tmp/`` moved into the test's folder."""
@@ -317,6 +323,8 @@ class Runner:
             assert time.monotonic() < deadline, f"`until` never held: {context}"
             time.sleep(0.3)
         self.check(step, outcome.doc, context)
+        if outcome.doc is not None:
+            self.outputs[step.where] = outcome.doc
         if keep is not None:
             value = outcome.out.strip()
             assert value, f"printed nothing to keep as ${keep[1]}: {context}"
@@ -451,6 +459,19 @@ def test_the_general_outlast_skill_runs_as_written(runner: Runner) -> None:
     assert {s.kind for s in steps} == {"shell", "file", "server", "mcp"}, steps
     runner.run(steps)
     assert runner.called == set(runner.tools), "the skill's MCP walk-through skips a tool"
+    # the log is paged with `logs --offset N --json`, as the MCP logs tool pages it: the
+    # calls name its fields, the next call starts at the kept next_offset, and the output
+    # has the tool's fields
+    paging = [s for s in steps if s.kind == "shell" and LOGS_PAGE.search(s.text)]
+    assert len(paging) >= 2, "the skill does not page the log with logs --offset --json"
+    named = {p for s in paging for p in s.expect.reads + [p for p, _ in s.expect.equals]}
+    kept = {(n, p) for s in paging for n, p in s.expect.keep}
+    assert {"text", "size", "done"} <= named and ("OFFSET", "next_offset") in kept, paging
+    assert any('--offset "$OFFSET"' in s.text for s in paging), paging
+    logs_fields = set((runner.tools["logs"].output_schema or {}).get("properties", {}))
+    for step in paging:
+        assert set(runner.outputs[step.where]) == logs_fields, runner.outputs[step.where]
+    assert not re.search(r"outlast logs[^\n`]*\| *(wc|tail) -c", GENERAL.read_text())
     table = tool_table(GENERAL.read_text())
     assert set(table) == set(runner.tools), table
     for tool, (args, returned) in table.items():

@@ -87,16 +87,29 @@ def parse_labels(values: tuple[str, ...]) -> dict[str, str]:
     return labels
 
 
+#: The JSON options whose value must be a list or an object (the others take any value).
+_JSON_SHAPES = {"--args": list, "--kwargs": dict, "--payload": dict}
+
+
+def _json_hint(text: str, what: str) -> str:
+    """How to write ``text`` as the JSON that option ``what`` takes."""
+    shape = _JSON_SHAPES.get(what)
+    if shape is list:
+        listed = json.dumps([text], ensure_ascii=False)
+        return f"to pass a list of strings, write it as JSON: '{listed}'"
+    if shape is dict:
+        return """to pass an object, write it as JSON: '{"key": "value"}'"""
+    return f"to pass a string, quote it: '{json.dumps(text, ensure_ascii=False)}'"
+
+
 def parse_json(text: str | None, what: str) -> Any:
     if text is None:
         return None
     try:
         return json.loads(text)
     except ValueError as exc:
-        quoted = json.dumps(text, ensure_ascii=False)
-        raise click.BadParameter(
-            f"not JSON ({exc}): to pass a string, quote it: '{quoted}'", param_hint=what
-        ) from None
+        hint = _json_hint(text, what)
+        raise click.BadParameter(f"not JSON ({exc}): {hint}", param_hint=what) from None
 
 
 def parse_duration(text: str | None, hint: str) -> float | None:
@@ -789,15 +802,12 @@ def rm(
 ) -> None:
     """Remove finished jobs, with their events and logs: by id, or every job matching
     --status/--label/--since (asks first, unless --yes)."""
-    from outlast.run.reap import cancel as cancel_job
+    from outlast.run.api import delete_jobs
 
     with _open(store_url) as store:
         states = _bulk(store, "remove", job_ids, status_, label, since, yes, dry_run)
-        for state in states or []:
-            if force and not state.terminal:
-                cancel_job(store, state.id)
-            store.delete(state.id, force=force)
-            click.echo(f"{state.id} removed")
+        for job_id in delete_jobs([s.id for s in states or []], store, force=force):
+            click.echo(f"{job_id} removed")
 
 
 @cli.command()
@@ -1194,7 +1204,8 @@ def serve(
 @click.option(
     "--allow-commands",
     is_flag=True,
-    help="Let clients run commands (the run_command tool): a client that may is a shell.",
+    help="Let clients run commands (the run_command tool, and retry of command jobs): a"
+    " client that may is a shell.",
 )
 @click.option("--http", "over_http", is_flag=True, help="Streamable HTTP at /mcp, not stdio.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="--http: address to bind.")
@@ -1237,7 +1248,10 @@ def mcp(
 @cli.group()
 def schedule() -> None:
     """Schedules: jobs made at cron times or intervals, fired by the store's maintainer
-    (any running pool or `outlast serve`, or `outlast scheduler`), each fire time once."""
+    (any running pool or `outlast serve`, or `outlast scheduler`), each fire time once.
+
+    Exit codes: 0 done; 2 a user error (bad input, no such job, a move the job's status does
+    not allow), 5 the store failed (unreachable, corrupt)."""
 
 
 def _schedule_doc(store: Store, found: Any) -> dict[str, Any]:
@@ -1446,7 +1460,10 @@ def schedule_run_now(name: str, as_json: bool, store_url: str | None) -> None:
 @cli.group()
 def group() -> None:
     """Concurrency keys: pueue-style groups of commands (outlast run --group NAME) and the
-    limit keys of function jobs. A key's slots are how many of its jobs run at once."""
+    limit keys of function jobs. A key's slots are how many of its jobs run at once.
+
+    Exit codes: 0 done; 2 a user error (bad input, no such job, a move the job's status does
+    not allow), 5 the store failed (unreachable, corrupt)."""
 
 
 @group.command(name="set")

@@ -9,8 +9,10 @@ The tools (:mod:`outlast.mcp.tools`) mirror the CLI and answer with the job docu
 - ``status``, ``list_jobs`` (filters and paging, as ``GET /jobs``), ``events`` (after a seq),
   ``logs`` (the last lines, or from a byte offset, so an agent can page);
 - ``wait``: until the job ends or pauses for an answer, bounded by a timeout the tool
-  enforces, with the reason; the job's events are sent as MCP progress notifications;
-- ``cancel``, ``resume`` (the answer to a paused job's question), ``retry``.
+  enforces, with the reason; the job's events are sent as MCP progress notifications (its
+  percent out of 100 once it reports one, else a count);
+- ``cancel``, ``resume`` (the answer to a paused job's question), ``retry`` (of a command job
+  only with ``--allow-commands``: it runs the command again).
 
 Resources: ``outlast://jobs/{id}`` (the document) and ``outlast://jobs/{id}/log`` (the log's
 last lines). A user's mistake is an MCP error result saying what is wrong; the server goes on.

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from outlast.errors import InvalidInput, JobNotFound
 from outlast.http.schemas import EventDocument, JobDocument, JobPage, JobStatus
-from outlast.model import JobState, ProgressEvent, Status
+from outlast.model import JobState, Kind, ProgressEvent, Status
 from outlast.run import reap
 from outlast.store import Store
 from outlast.store.aio import afollow, offload
@@ -40,6 +40,12 @@ Duration = Annotated[float | str | None, Field(description="seconds, or a durati
 class CommandsOff(InvalidInput):
     """run_command is off: the operator starts `outlast mcp --allow-commands` to let clients
     run commands (use submit for registered jobs)"""
+
+
+class CommandRetryOff(InvalidInput):
+    """retrying a command job runs its command again, and this server does not run commands:
+    the operator starts `outlast mcp --allow-commands` to let clients do so (or retry it with
+    the CLI: `outlast retry ID`)"""
 
 
 class WaitResult(BaseModel):
@@ -89,6 +95,16 @@ def progress_message(state: JobState, event: ProgressEvent | None) -> str:
             text = event.message if isinstance(event.message, str) else json.dumps(event.message)
             parts.append(text[:200])
     return " · ".join(parts)
+
+
+def progress_value(state: JobState, last: float) -> tuple[float, float | None]:
+    """The ``progress`` and ``total`` of the next MCP progress notification after ``last``:
+    the job's percent out of 100 when it reports one, else a count of the notifications (one
+    more than ``last``) with no total. It always grows, as MCP wants: a percent that did not
+    (two events at 40 %) is sent a thousandth above the last."""
+    if state.progress is None:
+        return last + 1, None
+    return max(min(float(state.progress), 100.0), last + 0.001), 100.0
 
 
 class Tools:
@@ -152,31 +168,61 @@ class Tools:
         unique_key: Annotated[
             str | None, Field(description="while a live job holds it, return that job")
         ] = None,
+        on_conflict: Annotated[
+            Literal["return", "raise"],
+            Field(description="a live job holds unique_key: return it, or refuse (raise)"),
+        ] = "return",
+        at: Annotated[
+            str | None,
+            Field(description="run at this time, ISO 8601 with a zone (past: now); not with delay"),
+        ] = None,
+        attempts: Annotated[
+            int | None, Field(ge=1, description="attempts at most (default: the job's own)")
+        ] = None,
+        keep: Annotated[
+            float | str | None,
+            Field(description="remove the finished job after this long: seconds, or '7d'"),
+        ] = None,
+        limit_key: Annotated[
+            str | None,
+            Field(description="a concurrency key for this call (default: the job's own)"),
+        ] = None,
+        limit: Annotated[
+            int | None, Field(ge=1, description="jobs of limit_key running at once")
+        ] = None,
     ) -> JobDocument:
         """Queue a registered job (@outlast.job in a module the server imported with
-        --import) for the pools (`outlast worker`); returns its document."""
-        from outlast import when
+        --import) for the pools (`outlast worker`); returns its document. The options are
+        those of job.options(...) in Python and of `outlast submit`."""
+        from outlast.machine import check_limit
         from outlast.run import registry
-        from outlast.run.api import create_job
+        from outlast.run.api import Options, create_job
 
         spec = registry.lookup(name)
         if spec.kind == "pipeline" and (args or kwargs):
             raise InvalidInput("a pipeline takes payload, not args/kwargs")
         if spec.kind != "pipeline" and payload is not None:
             raise InvalidInput("payload is for pipelines; a function takes args/kwargs")
-        run_after, _ = when.due_time(delay, None)
+        # checked as job.options(...) checks them, before anything is written
+        options = Options(spec, delay, at, timeout, keep, queue, labels, attempts, priority)
+        check_limit(limit_key if limit_key is not None else spec.limit_key, limit)
         task = create_job(
             self.store,
             spec,
             args or [],
             kwargs or {},
-            queue=queue,
-            labels=labels,
+            queue=options.queue,
+            labels=options.labels,
             payload=payload,
-            run_after=run_after,
-            timeout=None if timeout is None else when.parse_duration(timeout, "timeout"),
-            priority=priority,
+            run_after=options.run_after,
+            timeout=options.timeout,
+            keep=options.keep,
+            attempts=options.attempts,
+            priority=options.priority,
             unique_key=unique_key,
+            on_conflict=on_conflict,
+            limit_key=limit_key,
+            limit=limit,
         )
         return task.state().to_dict()  # type: ignore[return-value]
 
@@ -249,12 +295,13 @@ class Tools:
         through_pause: bool = False,
     ) -> WaitResult:
         """Wait until the job ends or pauses for an answer, at most `timeout` seconds;
-        returns why (reason) and the job. Progress notifications carry its events. A
+        returns why (reason) and the job. Progress notifications carry its events: progress
+        is the job's percent (total 100) once it reports one, else a count (no total). A
         canceled job returns once its processes are gone. `through_pause`: wait on through
         pauses."""
         deadline = time.monotonic() + timeout
         last: JobState | None = None
-        sent = 0  # progress must grow with each notification: it counts them
+        sent = 0.0  # the last progress sent: it never goes down
         updates = afollow(
             self.store, job_id, timeout=timeout, until=None if through_pause else settled
         )
@@ -263,8 +310,8 @@ class Tools:
             last = state
             notes: list[ProgressEvent | None] = list(new) or ([None] if changed else [])
             for event in notes:
-                sent += 1
-                await ctx.report_progress(sent, None, progress_message(state, event))
+                sent, total = progress_value(state, sent)
+                await ctx.report_progress(sent, total, progress_message(state, event))
         assert last is not None
         if last.status == Status.CANCELED:
             await offload(wait_released, self.store, last, deadline)
@@ -291,9 +338,14 @@ class Tools:
 
     def retry(self, job_ids: Annotated[list[str], Field(min_length=1, max_length=500)]) -> Retried:
         """Run finished jobs again: a new job each, with the same definition, linked by
-        retry_of (the finished ones stay as they were)."""
+        retry_of (the finished ones stay as they were). A command job's command runs again:
+        refused unless the server was started with --allow-commands."""
         from outlast.run.api import retry as retry_jobs
 
+        if not self.allow_commands:
+            for job_id in job_ids:
+                if self.store.get(job_id).kind == Kind.COMMAND:
+                    raise CommandRetryOff(f"job {job_id}: {CommandRetryOff.__doc__}")
         made = retry_jobs(job_ids, self.store)
         return {"jobs": [t.state().to_dict() for t in made]}  # type: ignore[return-value]
 
