@@ -181,6 +181,9 @@ def test_a_store_that_fails_exits_5_and_a_users_error_2(cli: Outlast, jobs: Jobs
         assert "cannot connect" in result.err, result
     assert cli("status", UNKNOWN).code == 2
     assert cli("rm", jobs.live).code == 2  # refused: the job is live
+    both = cli("rm", jobs.done, jobs.live)  # all or nothing: the finished one stays too
+    assert both.code == 2 and "nothing was removed" in both.err, both
+    assert cli("status", jobs.done).code == 0
     corrupt = cli.store.create(command=["x"], name="corrupt")
     if cli.kind == "files":
         (cli.tmp / "jobs" / f"{corrupt.id}.json").write_text('{"id": 1}')

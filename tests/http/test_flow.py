@@ -99,3 +99,19 @@ def test_groups(client: httpx.Client, http_store: Store) -> None:
     _error(client.put("/groups/http-gpu", json={}), 422)
     assert client.put("/groups/http-gpu", json={"slots": None}).json()["slots"] is None
     assert "http-gpu" not in {g["name"] for g in client.get("/groups").json()["groups"]}
+
+
+def test_bulk_delete_is_all_or_nothing(client: httpx.Client, http_store: Store) -> None:
+    """A selection with a job that is not finished deletes nothing (409, naming it); the
+    CLI's rm does the same."""
+    done = [client.post("/jobs", json=ADD).json()["id"] for _ in range(2)]
+    for job_id in done:
+        _finished(http_store, job_id)
+    live = client.post("/jobs", json=ADD).json()["id"]
+    refused = client.post("/jobs/bulk/delete", json={"ids": [*done, live]})
+    assert live in _error(refused, 409) and "nothing was removed" in _error(refused, 409)
+    assert all(client.get(f"/jobs/{j}").status_code == 200 for j in [*done, live])
+    removed = client.post("/jobs/bulk/delete", json={"ids": done})
+    assert removed.status_code == 200 and sorted(removed.json()["jobs"]) == sorted(done)
+    assert all(client.get(f"/jobs/{j}").status_code == 404 for j in done)
+    client.post(f"/jobs/{live}/cancel")

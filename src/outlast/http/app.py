@@ -343,7 +343,8 @@ def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
     def bulk(action: Literal["retry", "cancel", "delete"], body: BulkAction) -> Response:
         """Retry, cancel or delete many jobs at once: by ``ids``, or every job matching the
         filter. ``dry_run`` answers the count and ids without acting (what a confirmation
-        shows). Retry makes new jobs (their ids are answered); delete refuses a live job."""
+        shows). Retry makes new jobs (their ids are answered); retry and delete act on all the
+        jobs or none: a job that is not finished is refused (409) before anything is done."""
         states = api.select_jobs(
             store, ids=body.ids, status=body.status, label=body.label, since=body.since
         )
@@ -355,8 +356,7 @@ def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
                 for job_id in ids:
                     reap.cancel(store, job_id)
             else:
-                for job_id in ids:
-                    store.delete(job_id)
+                ids = api.delete_jobs(ids, store)
         return JSONResponse({"count": len(ids), "jobs": ids, "dry_run": body.dry_run})
 
     @routes.post(

@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any
 
 from outlast import config, machine, when
-from outlast.errors import InvalidInput, OutlastError, StoreError
+from outlast.errors import InvalidInput, JobActive, JobNotFound, OutlastError, StoreError
 from outlast.ids import DEDICATED
 from outlast.model import Call, ErrorInfo, Kind, PipelineState, Schedule
 from outlast.run import registry, schedules, tracing
@@ -685,6 +685,38 @@ def retry(job_ids: Sequence[str], store: Store | None = None) -> list[Task]:
         elif state.queue == DEDICATED:
             _start(store.open(state.id), partial(spawner.spawn_dedicated, store, state.id))
     return [store.open(state.id) for state in made]
+
+
+def delete_jobs(
+    job_ids: Sequence[str], store: Store | None = None, force: bool = False
+) -> list[str]:
+    """Remove jobs with their events and logs (the bulk ``rm``, ``POST /jobs/bulk/delete``):
+    all of them or none. A job that is not finished is refused before anything is removed
+    (with ``force``: canceled first, its processes stopped); one removed meanwhile by someone
+    else is skipped. A finished job never changes again, so nothing can come between the
+    check and the removal. Returns the ids removed."""
+    from outlast.run import reap
+
+    store = store or default_store()
+    found = store.get_many(list(job_ids))
+    states = [found.pop(job_id) for job_id in job_ids if job_id in found]
+    live = [s.id for s in states if not s.terminal]
+    if live and not force:
+        shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5 else "")
+        raise JobActive(
+            f"{len(live)} of the jobs are not finished ({shown}): nothing was removed; cancel "
+            "them first, or remove them with force"
+        )
+    removed = []
+    for state in states:
+        if not state.terminal:
+            reap.cancel(store, state.id)
+        try:
+            store.delete(state.id, force=force)
+        except JobNotFound:
+            continue
+        removed.append(state.id)
+    return removed
 
 
 def select_jobs(
