@@ -1,9 +1,12 @@
 """OpenTelemetry: the span that submits a job and the worker's span for it are one trace (the
-SDK's in-memory exporter, in this process); a pipeline's stages are children of the job's
+SDK's in-memory exporter, in this process; and across processes, through a real pool whose
+job module exports its spans); a pipeline's stages are children of the job's
 span; a command gets ``TRACEPARENT``; without a tracer provider, no trace is stored."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,3 +111,31 @@ def test_a_pipelines_stages_are_children_of_its_span(
         assert spans[stage].parent is not None
         assert spans[stage].parent.span_id == job.context.span_id
         assert spans[stage].context.trace_id == spans["nightly"].context.trace_id
+
+
+def test_one_trace_across_processes_through_a_real_pool(
+    traced: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    """The submitter's span here; the job's span in a job process of a real ``outlast
+    worker`` (whose job module set up its own exporter): one trace, parent and child."""
+    from tests.jobs import traced_jobs
+    from tests.pool.conftest import Harness
+
+    spans_file = tmp_path / "spans.jsonl"
+    pool = Harness(tmp_path)
+    try:
+        tracer = trace.get_tracer("tests")
+        with tracer.start_as_current_span("POST /orders") as request:
+            job_id = create_job(pool.store, traced_jobs.one, [5]).id
+        env = {"OUTLAST_TEST_SPANS": str(spans_file)}
+        worker = pool.cli("worker", "--import", traced_jobs.__name__, "--burst", "-c", "1", env=env)
+        assert worker.returncode == 0, worker
+        assert pool.get(job_id).status == Status.SUCCEEDED
+        lines = [json.loads(line) for line in spans_file.read_text().splitlines()]
+        [job] = [s for s in lines if s["name"] == "job traced.one"]
+        root = request.get_span_context()
+        assert job["trace_id"] == f"{root.trace_id:032x}", "not one trace"
+        assert job["parent_id"] == f"{root.span_id:016x}"
+        assert job["pid"] != os.getpid()
+    finally:
+        pool.close()
