@@ -63,6 +63,9 @@ from outlast.store import Journal, Listener, Store, Task, worker_name
 log = logging.getLogger("outlast.worker")
 IDLE_RECHECK = 60.0  # seconds an idle pool sleeps at most on a store with notifications
 CHECK_EVERY = 0.05  # at most this often, the running jobs are checked for a cancel
+#: Seconds idle after which a pool's listener stops waking it for job changes (it has no
+#: job to cancel): other pools' jobs then cost it nothing. Busy again, it listens again.
+NARROW_AFTER = 0.5
 CANCEL_GRACE_MAX = 10.0
 FLUSH_DELAY = 0.005  # seconds an outcome may wait to be written with others (when busy)
 FLUSH_BATCH = 16  # outcomes written at once without waiting out FLUSH_DELAY
@@ -113,6 +116,8 @@ class Pool:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._stop_at = float("inf")
         self._check_at: float | None = None
+        self._watching_jobs = True  # the listener wakes it for job changes (see NARROW_AFTER)
+        self._idle_since: float | None = None
         self._unwritten: list[tuple[Task, Outcome]] = []  # outcomes not written yet
         self._mean_run: float | None = None  # a moving mean of job run times, seconds
         self._flush_at: float | None = None
@@ -445,6 +450,8 @@ class Pool:
             deadlines.append(self._flush_at)
         if self._check_at is not None:
             deadlines.append(self._check_at)
+        if self._watching_jobs and self._idle_since is not None:
+            deadlines.append(self._idle_since + NARROW_AFTER)  # then job changes stop waking it
         deadlines.append(self._stop_at if self.stopping else now + idle_wait)
         return max(0.0, min(deadlines) - now)
 
@@ -505,6 +512,7 @@ class Pool:
             self._flush()
         claimed = self._fill()
         busy = any(s.task is not None for s in self.slots)
+        self._watch_jobs(listener, busy)
         if not busy and self._unwritten:
             self._flush()  # nothing else to wait for
         if not busy and (
@@ -516,6 +524,22 @@ class Pool:
         if self._wait(listener, busy, IDLE_RECHECK if pushes and not busy else backoff):
             self._progress = True
         return False
+
+    def _watch_jobs(self, listener: Listener, busy: bool) -> None:
+        """A busy pool is woken by job changes (a cancel of one of its jobs); one idle for
+        :data:`NARROW_AFTER` seconds only by jobs becoming claimable."""
+        now = time.monotonic()
+        if busy:
+            self._idle_since = None
+            if not self._watching_jobs:
+                listener.watch_jobs(True)
+                self._watching_jobs = True
+                self._check_at = now  # a cancel that came before it listened: look now
+        elif self._idle_since is None:
+            self._idle_since = now
+        elif self._watching_jobs and now - self._idle_since >= NARROW_AFTER:
+            listener.watch_jobs(False)
+            self._watching_jobs = False
 
     def _handle_outage(self, listener: Listener, seconds: float) -> None:
         """The store failed: keep the jobs running (their outcomes wait their turn), stop

@@ -38,6 +38,7 @@ class PgListener:
         queue_channel: str,
     ) -> None:
         self._conns, self._channels, self._jobs = conns, channels, jobs
+        self._every = tuple(channels)  # what it was made for (watch_jobs may narrow it)
         self._queue_channel = queue_channel
         self._pid = os.getpid()
         self._conn: Conn | None = None  # before anything can fail: __del__ reads it
@@ -84,6 +85,25 @@ class PgListener:
         if self._delay > self.RETRY_MIN:
             log.warning("a listener reconnected")
         self._delay = self.RETRY_MIN
+
+    def watch_jobs(self, on: bool) -> None:
+        """See :meth:`outlast.store.Listener.watch_jobs`: ``LISTEN`` or ``UNLISTEN`` the job
+        channels (one round trip; a reconnect subscribes what is wanted then)."""
+        if self._jobs is not None or self._queue_channel not in self._every:
+            return  # not a listener of every job and the queue
+        wanted = list(self._every) if on else [self._queue_channel]
+        if wanted == self._channels:
+            return
+        self._channels = wanted
+        conn = self._live()
+        if conn is None:
+            return
+        verb = "LISTEN" if on else "UNLISTEN"
+        jobs = [c for c in self._every if c != self._queue_channel]
+        try:
+            conn.execute("; ".join(f'{verb} "{c}"' for c in jobs))
+        except psycopg.Error as exc:
+            self._reconnect(exc)
 
     def _relevant(self, note: psycopg.Notify) -> bool:
         if self._jobs is None or note.channel == self._queue_channel:

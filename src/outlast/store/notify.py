@@ -106,14 +106,16 @@ class _Watcher:
     listeners: a thread reads it and wakes the listeners of the channels that changed, each
     through an eventfd of its own. So a process never needs more than one inotify instance
     per store (the per-user limit is small: 128 by default) and a store never more than its
-    17 watches, however many waiters it has (a server streaming to a thousand clients)."""
+    17 watches, however many waiters it has (a server streaming to a thousand clients).
+
+    A channel is watched while some listener wants it: a process that waits on the queue
+    alone (an idle pool) is not woken by every job's change."""
 
     def __init__(self, directory: Path, module: Any) -> None:
         self.inotify = module.INotify()
-        self.channels: dict[int, str] = {}
-        for channel in ALL_CHANNELS:
-            wd = self.inotify.add_watch(str(directory / channel), module.flags.MODIFY)
-            self.channels[wd] = channel
+        self.directory, self.mask = directory, module.flags.MODIFY
+        self.channels: dict[int, str] = {}  # watch descriptor -> channel
+        self.wds: dict[str, int] = {}
         self.lock = threading.Lock()
         self.listeners: dict[str, set[Listener]] = {channel: set() for channel in ALL_CHANNELS}
         threading.Thread(target=self._run, name="outlast-pulses", daemon=True).start()
@@ -124,22 +126,33 @@ class _Watcher:
                 events = self.inotify.read()
             except OSError:  # pragma: no cover - the instance went away
                 return
-            fired = {self.channels.get(e.wd) for e in events}
             with self.lock:  # a listener closes under the same lock: never a stale fd
+                fired = {self.channels.get(e.wd) for e in events}
                 for channel in fired:
                     for listener in self.listeners.get(channel or "", ()):
                         listener._wake(channel == QUEUE)
 
-    def add(self, listener: Listener) -> None:
+    def add(self, listener: Listener, channels: Iterable[str]) -> None:
+        """``listener`` wants ``channels`` too: watched before this returns (armed)."""
         with self.lock:
-            for channel in listener.channels:
+            for channel in channels:
+                if not self.listeners[channel] and channel not in self.wds:
+                    wd = self.inotify.add_watch(str(self.directory / channel), self.mask)
+                    self.wds[channel], self.channels[wd] = wd, channel
                 self.listeners[channel].add(listener)
 
-    def remove(self, listener: Listener) -> None:
+    def drop(self, listener: Listener, channels: Iterable[str], close: bool = False) -> None:
+        """``listener`` no longer wants ``channels`` (and, with ``close``, is closed)."""
         with self.lock:
-            for channel in listener.channels:
+            for channel in channels:
                 self.listeners[channel].discard(listener)
-            listener._close_fd()
+                wd = self.wds.get(channel)
+                if not self.listeners[channel] and wd is not None:
+                    del self.wds[channel], self.channels[wd]
+                    with contextlib.suppress(OSError):
+                        self.inotify.rm_watch(wd)
+            if close:
+                listener._close_fd()
 
 
 _WATCHERS: dict[tuple[int, str], _Watcher | None] = {}
@@ -182,12 +195,27 @@ class Listener:
 
     def __init__(self, directory: Path, channels: tuple[str, ...]) -> None:
         self.channels = channels
+        self._every = channels == ALL_CHANNELS  # watch_jobs may turn the jobs' off
         self._fd: int | None = None
         self._queue = False
         self._watcher = _watcher(directory)
         if self._watcher is not None:
             self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-            self._watcher.add(self)
+            self._watcher.add(self, channels)
+
+    def watch_jobs(self, on: bool) -> None:
+        """See :meth:`outlast.store.Listener.watch_jobs` (for a listener of every channel)."""
+        jobs = [c for c in ALL_CHANNELS if c != QUEUE]
+        wanted = ALL_CHANNELS if on else (QUEUE,)
+        if not self._every or self._watcher is None or self._fd is None:
+            return
+        if wanted == self.channels:
+            return
+        if on:
+            self._watcher.add(self, jobs)
+        else:
+            self._watcher.drop(self, jobs)
+        self.channels = wanted
 
     def _wake(self, queue: bool) -> None:
         """From the watcher's thread, under its lock."""
@@ -233,7 +261,7 @@ class Listener:
 
     def close(self) -> None:
         if self._watcher is not None and self._fd is not None:
-            self._watcher.remove(self)
+            self._watcher.drop(self, self.channels, close=True)
 
     def __enter__(self) -> Listener:
         return self
