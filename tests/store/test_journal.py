@@ -17,7 +17,7 @@ import pytest
 from outlast.machine import Outcome
 from outlast.run.api import create_job
 from outlast.store import journal, open_store, worker_name
-from outlast.store.journal import NOT_STARTED, FileJournal, read_fates
+from outlast.store.journal import NOT_STARTED, STARTED, FileJournal, read_fates
 from tests.pool import jobs_for_tests  # noqa: F401  (registers pt.noop)
 from tests.waiting import until
 
@@ -36,7 +36,7 @@ def test_each_attempt_reads_back_as_its_furthest_record(tmp_path: Path) -> None:
     proc.returned(("c", 3), Outcome("succeed", {"x": [1]}))
     fates = read_fates(tmp_path, WORKER)
     assert fates[("a", 1)] == NOT_STARTED
-    assert fates[("b", 1)] is None  # started: an abandoned attempt
+    assert fates[("b", 1)] == STARTED  # started, never returned: an abandoned attempt
     assert fates[("c", 3)] == Outcome("succeed", {"x": [1]})
     assert ("a", 2) not in fates  # another attempt of the same job is not this one's
 
@@ -48,7 +48,8 @@ def test_a_torn_or_foreign_line_is_skipped(tmp_path: Path) -> None:
     with open(path, "ab") as f:
         f.write(b'o b 1 {not json}\nx y z\no a 1 {"verb": "succ')  # no newline: torn
     fates = read_fates(tmp_path, WORKER)
-    assert fates == {("a", 1): None, ("b", 1): None}  # an unreadable outcome counts as started
+    # a's outcome is torn: it started; b's outcome is unreadable: nothing known (as started)
+    assert fates == {("a", 1): STARTED, ("b", 1): None}
 
 
 def test_workers_whose_names_share_a_prefix_do_not_mix(tmp_path: Path) -> None:
