@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 
 from outlast.errors import OutlastError, WorkerLockHeld
@@ -111,17 +112,7 @@ def _stop_if_canceled(store: Store, state: JobState, done: threading.Event) -> N
     except OutlastError as exc:
         print(f"outlast worker: cannot watch job {state.id} for a cancel: {exc}", flush=True)
         return
-    current = context.current_or_none()
-    if current is not None:
-        current.request_cancel()
-    procs.signal_descendants(signal.SIGTERM)
-    grace = DEFAULT_GRACE if state.grace is None else state.grace
-    end = time.monotonic() + grace
-    while time.monotonic() < end and not (done.is_set() and not procs.descendants()):
-        procs.reap_adopted(skip=None)
-        time.sleep(0.02)
-    procs.signal_descendants(signal.SIGKILL)
-    procs.reap_adopted(skip=None, wait=1.0)
+    grace = _stop(state, lambda: done.is_set() and not procs.descendants())
     if not done.is_set():
         print(f"outlast worker: job {state.id} ignored its cancel for {grace:g} s: stopped")
         sys.stdout.flush()
@@ -147,19 +138,8 @@ def _deadline(store: Store, state: JobState, attempt: int, done: threading.Event
     except OutlastError as exc:
         print(f"outlast worker: cannot record the timeout of {state.id}: {exc}", flush=True)
         os._exit(1)
-    # then (what it records now is fenced out) a job that checks for cancels stops at its
-    # next check, and an async job's task is canceled
-    current = context.current_or_none()
-    if current is not None:
-        current.request_cancel()
-    procs.signal_descendants(signal.SIGTERM)
-    grace = DEFAULT_GRACE if state.grace is None else state.grace
-    end = time.monotonic() + grace
-    while time.monotonic() < end and procs.descendants():
-        procs.reap_adopted(skip=None)
-        time.sleep(0.02)
-    procs.signal_descendants(signal.SIGKILL)
-    procs.reap_adopted(skip=None, wait=1.0)
+    # then (what it records now is fenced out) the job is stopped as far as it can be
+    _stop(state, lambda: not procs.descendants())
     if after.status == Status.PENDING and after.worker is None:
         from outlast.run.spawn import spawn_dedicated
 
@@ -168,6 +148,24 @@ def _deadline(store: Store, state: JobState, attempt: int, done: threading.Event
         except OSError as exc:  # the maintainer restarts it (a stray)
             print(f"outlast worker: cannot start the retry of {state.id}: {exc}", flush=True)
     os._exit(0)
+
+
+def _stop(state: JobState, stopped: Callable[[], bool]) -> float:
+    """Ask the attempt to stop (``check_cancel`` raises, an async job's task is canceled)
+    and SIGTERM what it started; after the job's grace period, or once ``stopped()``,
+    SIGKILL what is left. Returns the grace period."""
+    current = context.current_or_none()
+    if current is not None:
+        current.request_cancel()
+    procs.signal_descendants(signal.SIGTERM)
+    grace = DEFAULT_GRACE if state.grace is None else state.grace
+    end = time.monotonic() + grace
+    while time.monotonic() < end and not stopped():
+        procs.reap_adopted(skip=None)
+        time.sleep(0.02)
+    procs.signal_descendants(signal.SIGKILL)
+    procs.reap_adopted(skip=None, wait=1.0)
+    return grace
 
 
 def main(argv: list[str] | None = None) -> int:
