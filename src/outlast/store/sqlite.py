@@ -30,6 +30,7 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -285,6 +286,11 @@ class SQLiteStore(_local.LocalStore, SqlStore):
 
     def _job_counts(self) -> list[Row]:
         return self._query("count jobs", _counts.SQLITE_READ)
+
+    def _count(self, tx: Any, changes: Counter[tuple[str, str, str]]) -> None:
+        rows = [(*key, n) for key, n in changes.items() if n]
+        if rows:
+            tx.write_many(_counts.SQLITE_ADD, rows)
 
     def close(self) -> None:
         """Close every connection of this store (all threads'), and its pulse files."""
