@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from outlast import codec, paths
-from outlast.model import JobState, Kind
+from outlast.model import TERMINAL, JobState, Kind
 from outlast.store import _counts, _local
 from outlast.store.common import disk_full, make_private_dir, translated
 from outlast.store.journal import Journal
@@ -58,6 +58,8 @@ from outlast.store.sql import (
 
 DOC_CACHE = 4096  # parsed documents kept per store object, reused only if byte-identical
 BUSY_TIMEOUT = 60.0  # seconds a writer waits for SQLite's write lock before giving up
+
+_FINISHED = frozenset(str(s) for s in TERMINAL)
 
 DIALECT = Dialect(
     name="sqlite",
@@ -288,7 +290,8 @@ class SQLiteStore(_local.LocalStore, SqlStore):
         return self._query("count jobs", _counts.SQLITE_READ)
 
     def _count(self, tx: Any, changes: Counter[tuple[str, str, str]]) -> None:
-        rows = [(*key, n) for key, n in changes.items() if n]
+        """The finished jobs only (see :mod:`outlast.store._counts`)."""
+        rows = [(*key, n) for key, n in changes.items() if n and key[1] in _FINISHED]
         if rows:
             tx.write_many(_counts.SQLITE_ADD, rows)
 
