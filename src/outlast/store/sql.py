@@ -329,9 +329,9 @@ ROOM = (
     " AND r.status = 'running') < COALESCE((SELECT l.slots FROM {limits} l"
     " WHERE l.key = j.limit_key), j.limit_slots, 1))"
 )
-#: The order claims take due jobs in (and the ``jobs_due`` index of both engines).
 #: When a pending job is due.
 DUE = "COALESCE(run_after, created_at)"
+#: The order claims take due jobs in (and the ``jobs_due`` index of both engines).
 CLAIM_ORDER = f"priority DESC, {DUE}, id"
 #: Jobs a worker may hold: running, or pending and bound to the worker that will retry them
 #: (a running job always names its worker). Both engines index exactly these (``jobs_live``).
@@ -588,7 +588,7 @@ class SqlStore(Store):
         """Count, in ``tx``, jobs that came (+1), went (-1) or moved between keys, by
         (queue, status, kind). An engine whose triggers count them (PostgreSQL) does
         nothing; SQLite, where a trigger on ``jobs`` costs ~20 µs per row written, counts
-        here (:mod:`outlast.store._counts`)."""
+        the finished ones here (:mod:`outlast.store._counts`)."""
 
     def _finished_since(self, since: datetime, until: datetime) -> list[Row]:
         """One read of three numbers per job through ``jobs_finished`` (no document; a
