@@ -140,23 +140,22 @@ def _quantiles(values: list[float]) -> dict[str, float | None]:
 def from_states(
     states: Iterable[Indexed], now: datetime, window: float, schedules: list[Any]
 ) -> Stats:
-    """Stats of a store read whole (the files store's index of its documents)."""
+    """Stats of a store read whole (the files store's index of its documents); the busy
+    workers are :meth:`Store.stats`' to count."""
     stats = Stats(at=now, window=window)
     recent = []
-    busy = set()
     for state in states:
         stats.jobs[(state.queue, str(state.status), str(state.kind))] += 1
-        if state.status == Status.PENDING and (state.run_after is None or state.run_after <= now):
-            since = (now - (state.run_after or state.created_at)).total_seconds()
+        due = state.run_after or state.created_at
+        # the oldest due job waiting for a pool (as the SQL stores read it: jobs_due)
+        if state.status == Status.PENDING and state.worker is None and due <= now:
+            since = (now - due).total_seconds()
             stats.oldest_due[state.queue] = max(stats.oldest_due.get(state.queue, 0.0), since)
-        if state.status == Status.RUNNING and state.worker:
-            busy.add(state.worker)
         if state.finished_at is not None and (now - state.finished_at).total_seconds() <= window:
             recent.append(state)
             stats.finished[(str(state.kind), str(state.status))] += 1
     recent.sort(key=lambda s: s.finished_at or now, reverse=True)
     stats.add_recent(recent[:RECENT_MAX])
-    stats.busy_workers = len(busy)
     add_schedules(stats, schedules, now)
     return stats
 
