@@ -581,7 +581,10 @@ class Pool:
         if self._due_at is not None and now >= self._due_at:
             self._due_at = None  # spent: the next empty claim sets the next one
             self._claim_due = True  # a delayed job's time
-        if claimable or not ready:
+        # woken (by the timeout) only to stop listening to jobs: not a reason to claim
+        since = self._idle_since
+        narrowing = self._watching_jobs and since is not None and now >= since + NARROW_AFTER
+        if claimable or (not ready and not narrowing):
             self._claim_due = True  # woken for a job, or the idle re-check
         if self._flush_at is not None and now >= self._flush_at:
             self._flush()
