@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from outlast.errors import CorruptJob, InvalidInput, JobNotFound, StoreError, WorkerLockHeld
+from outlast.machine import Outcome
 from outlast.model import Status
+from outlast.run.execute import transition
 from outlast.store import _pglocks, open_store
 from outlast.store import postgresql as pg
 from outlast.store.postgresql import PostgresStore
@@ -124,6 +126,66 @@ def test_four_workers_two_thousand_jobs_each_exactly_once(url: str, pgstore: Pos
             (1, "started"),
             (2, "completed"),
         ]
+
+
+def test_a_batch_of_transitions_is_one_statement_with_every_column_written(
+    pgstore: PostgresStore, url: str
+) -> None:
+    """A claim of many jobs and their outcomes written together: the per-job UPDATE and
+    event INSERT go as one ``unnest`` statement each, NULLs and all, and leave each row
+    exactly as a transition of one job does."""
+    import psycopg
+
+    alone = pgstore.create(name="alone", queue="default")
+    ids = [pgstore.create(name=f"b{i}", queue="default").id for i in range(5)]
+    [one] = pgstore.claim(None, 1)
+    assert one.id == alone.id
+    sent: list[str] = []
+    real = pg._Script.add
+
+    def add(self: object, statement: str, *params: object) -> object:
+        sent.append(statement)
+        return real(self, statement, *params)  # type: ignore[arg-type]
+
+    pg._Script.add = add  # type: ignore[method-assign]
+    try:
+        tasks = pgstore.claim(None, 10)
+        assert sorted(t.id for t in tasks) == ids
+        done = [transition(Outcome("succeed", {"x": 1}), t.attempt or 0) for t in tasks]
+        pgstore.apply_many([(t.id, fn) for t, fn in zip(tasks, done, strict=True) if fn])
+    finally:
+        pg._Script.add = real  # type: ignore[method-assign]
+    one.succeed({"x": 1})
+    updates = [s for s in sent if s.startswith(f'UPDATE "{pgstore.schema}".jobs')]
+    inserts = [s for s in sent if s.startswith(f'INSERT INTO "{pgstore.schema}".events')]
+    assert len(updates) == 2 and all("unnest" in s for s in updates)  # claim, outcomes
+    assert len(inserts) == 2 and all("unnest" in s for s in inserts)
+    columns = "status, worker, run_after, finished_at, expires_at, started_at IS NULL, seq"
+    with psycopg.connect(url.split("?")[0]) as conn:
+        rows = {
+            job_id: rest
+            for job_id, *rest in conn.execute(
+                f'SELECT id, {columns} FROM "{pgstore.schema}".jobs'
+            ).fetchall()
+        }
+    reference = rows.pop(alone.id)
+    for job_id in ids:
+        state = pgstore.get(job_id)
+        assert state.status == Status.SUCCEEDED and state.attempts == 1
+        assert [(e.seq, str(e.status)) for e in pgstore.events(job_id)] == [
+            (1, "started"),
+            (2, "completed"),
+        ]
+        status, worker, run_after, finished_at, expires_at, no_start, seq = rows[job_id]
+        assert (status, run_after, expires_at, no_start, seq) == (
+            reference[0],
+            reference[2],
+            reference[4],
+            reference[5],
+            reference[6],
+        )
+        assert worker == reference[1] is not None
+        assert finished_at is not None and finished_at == state.finished_at
 
 
 # ---------------------------------------------------------------------- death and fencing

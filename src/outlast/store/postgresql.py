@@ -70,9 +70,11 @@ from outlast.store.joblog import TAIL_BYTES, LogCursor, LogSink, check_range
 from outlast.store.journal import Fate, Journal, Key, line_fate, record_line
 from outlast.store.sql import (
     CLAIM_ORDER,
+    EVENT_INSERT,
     LIVE,
     LIVE_STATUSES,
     ROOM,
+    SLIM_UPDATE,
     Dialect,
     Row,
     SqlStore,
@@ -114,6 +116,27 @@ def dialect(schema: str) -> Dialect:
         time_type="timestamptz",
         for_update=" FOR UPDATE",
     )
+
+
+def bulk_statements(d: Dialect) -> dict[str, str]:
+    """The one-statement form of the SQL core's statements that a transaction runs once per
+    job (a claim's starts, a batch of outcomes): the rows as arrays, one per column, through
+    ``unnest``. A pool's batch of 16 jobs is then 2 statements instead of 32, which spares
+    the pool the client's cost of each statement and the server its planning and execution."""
+    slim = (
+        f"UPDATE {d.jobs} AS j SET status = u.status, worker = u.worker,"
+        " run_after = u.run_after, finished_at = u.finished_at, expires_at = u.expires_at,"
+        " started_at = u.started_at, doc = u.doc, seq = u.seq"
+        " FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[],"
+        " %s::timestamptz[], %s::timestamptz[], %s::bytea[], %s::integer[], %s::text[])"
+        " AS u(status, worker, run_after, finished_at, expires_at, started_at, doc, seq, id)"
+        " WHERE j.id = u.id"
+    )
+    events = (
+        f"INSERT INTO {d.events} (job_id, seq, doc)"
+        " SELECT * FROM unnest(%s::text[], %s::integer[], %s::bytea[])"
+    )
+    return {d.sql(SLIM_UPDATE): slim, d.sql(EVENT_INSERT): events}
 
 
 #: A document's field in SQL.
@@ -198,8 +221,9 @@ class _Tx:
     """A transaction as (usually) two round trips: ``BEGIN`` with the reads, then the writes,
     the notifications and ``COMMIT``."""
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: Conn, bulk: dict[str, str]) -> None:
         self.conn = conn
+        self.bulk = bulk  # bulk_statements()
         self.script = _Script().add("BEGIN")
         self.wakes: dict[str, bool] = {}
         self.relaxed = False
@@ -211,6 +235,10 @@ class _Tx:
         self.script.add(sql, *params)
 
     def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        bulk = self.bulk.get(sql) if len(rows) > 1 else None
+        if bulk is not None:  # the rows as one array per column
+            self.script.add(bulk, *map(list, zip(*rows, strict=True)))
+            return
         for row in rows:
             self.script.add(sql, *row)
 
@@ -241,6 +269,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         self.url = url
         self.schema, conninfo, self._where = _pg.parse_url(url)
         self.dialect = dialect(self.schema)
+        self._bulk = bulk_statements(self.dialect)
         self._queue_channel = f"{self.schema}_queue"
         self._db = _pg.Connections(conninfo, self._where)
         self._registry_locks: dict[str, PgMaintenance] = {}
@@ -287,7 +316,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 # a transition that writes to the store: its COMMIT would end ours early
                 raise StoreError(f"postgresql store: {what}: a transaction inside a transaction")
-            tx = _Tx(conn)
+            tx = _Tx(conn, self._bulk)
             yield tx
             pairs = []
             for job_id, claimable in sorted(tx.wakes.items()):

@@ -312,7 +312,11 @@ def worker_table(d: Dialect) -> list[str]:
 
 #: The columns of ``jobs`` a change can touch without touching the never-changing ones (and
 #: their indexes): kind, queue and created_at are set once.
-_SLIM = (
+#: A transition's event (``tx.write_many`` of many: one statement on PostgreSQL).
+EVENT_INSERT = "INSERT INTO {events} (job_id, seq, doc) VALUES (?, ?, ?)"
+#: The columns a transition changes when the job keeps its queue, kind and creation time
+#: (every pool's claim and outcome), by ``tx.write_many`` (PostgreSQL: one statement).
+SLIM_UPDATE = (
     "UPDATE {jobs} SET status = ?, worker = ?, run_after = ?, finished_at = ?, expires_at = ?,"
     " started_at = ?, doc = ?, seq = ? WHERE id = ?"
 )
@@ -641,8 +645,7 @@ class SqlStore(Store):
             last[new.id] = (new, seq + len(events))
         event_rows = [(e.job_id, e.seq, codec.encode_event(e)) for mine in stored for e in mine]
         if event_rows:
-            sql = d.sql("INSERT INTO {events} (job_id, seq, doc) VALUES (?, ?, ?)")
-            tx.write_many(sql, event_rows)
+            tx.write_many(d.sql(EVENT_INSERT), event_rows)
         slim, full = [], []
         for job_id, (new, seq) in last.items():
             old = first[job_id]
@@ -668,7 +671,7 @@ class SqlStore(Store):
                 tx.write(d.sql("DELETE FROM {labels} WHERE job_id = ?"), (job_id,))
                 self._put_labels(tx, new)
         if slim:
-            tx.write_many(d.sql(_SLIM), slim)
+            tx.write_many(d.sql(SLIM_UPDATE), slim)
         if full:
             tx.write_many(d.sql(_FULL), full)
         moved: Counter[tuple[str, str, str]] = Counter()
