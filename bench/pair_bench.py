@@ -1,7 +1,7 @@
 """Before/after, paired (issue #18): the same figure from two copies of outlast's source, run
 alternately, medians. How this session's changes were measured (BENCHMARKS.md).
 
-    python bench/pair_bench.py latency|first BEFORE_SRC AFTER_SRC [--store sqlite|postgresql]
+    python bench/pair_bench.py latency|first|submit BEFORE_SRC AFTER_SRC [--store sqlite|postgresql]
         [--reps 5] [--jobs 200] [--pg postgresql://postgres@127.0.0.1:5432/test]
 
 A source is a folder holding the ``outlast`` package (e.g. ``git worktree add /tmp/before
@@ -13,6 +13,9 @@ install's path comes after it) and compiles it first.
   finish→seen from the job's return to a ``store.get`` poll (every 1 ms) seeing it done; p50.
 - ``first``: one pending job, then ``outlast worker -c 2`` started; from just before the start
   to a poll (every 5 ms) seeing the job done.
+- ``submit``: ``--jobs`` no-op jobs submitted one call at a time by one process into a fresh
+  store (after one unmeasured): jobs/s, the p50 and p99 of one call in ms, and the share of
+  the time spent in calls slower than 3x the p50 (SQLite's checkpoints land there).
 """
 
 from __future__ import annotations
@@ -60,6 +63,24 @@ for i in range(n + 10):
         seen.append(done - ended)
 print(json.dumps([statistics.median(starts) * 1e3, statistics.median(seen) * 1e3]))
 """
+SUBMIT = """
+import json, os, sys, time
+import outlast, pair_jobs
+outlast.use_store(os.environ["OUTLAST_STORE"])
+n = int(sys.argv[1])
+pair_jobs.stamp.submit()
+took = []
+t0 = time.perf_counter()
+for _ in range(n):
+    t = time.perf_counter()
+    pair_jobs.stamp.submit()
+    took.append(time.perf_counter() - t)
+total = time.perf_counter() - t0
+took.sort()
+p50 = took[n // 2]
+slow = sum(t for t in took if t > 3 * p50) / total
+print(json.dumps([n / total, p50 * 1e3, took[int(0.99 * (n - 1))] * 1e3, slow * 100]))
+"""
 FIRST = """
 import json, os, sys, time
 import outlast
@@ -77,7 +98,7 @@ print(json.dumps([(time.monotonic() - t0) * 1e3]), flush=True)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("figure", choices=["latency", "first"])
+    parser.add_argument("figure", choices=["latency", "first", "submit"])
     parser.add_argument("before")
     parser.add_argument("after")
     parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
@@ -97,7 +118,11 @@ def main() -> None:
     for rep in range(args.reps):
         for tree in trees if rep % 2 == 0 else trees[::-1]:
             results[tree].append(_one(args, tree, work))
-    names = ["submit→start p50 ms", "finish→seen p50 ms"] if args.figure == "latency" else ["ms"]
+    names = {
+        "latency": ["submit→start p50 ms", "finish→seen p50 ms"],
+        "first": ["ms"],
+        "submit": ["jobs/s", "p50 ms", "p99 ms", "% in slow calls"],
+    }[args.figure]
     for label, tree in zip(("before", "after"), trees, strict=True):
         runs = results[tree]
         figures = ", ".join(
@@ -116,6 +141,12 @@ def _one(args: argparse.Namespace, tree: str, work: Path) -> list[float]:
     env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{work}", OUTLAST_STORE=url)
     py = sys.executable
     try:
+        if args.figure == "submit":
+            out = subprocess.run(
+                [py, "-c", SUBMIT, str(args.jobs)], env=env, capture_output=True, check=True
+            ).stdout
+            submitted: list[float] = json.loads(out)
+            return submitted
         if args.figure == "latency":
             setup = "import outlast, os; outlast.use_store(os.environ['OUTLAST_STORE'])"
             subprocess.run([py, "-c", setup], env=env, check=True)

@@ -58,6 +58,13 @@ from outlast.store.sql import (
 
 DOC_CACHE = 4096  # parsed documents kept per store object, reused only if byte-identical
 BUSY_TIMEOUT = 60.0  # seconds a writer waits for SQLite's write lock before giving up
+#: Commits of this process between two checkpoints on its checkpoint thread (see _Checkpointer).
+CHECKPOINT_EVERY = 100
+#: WAL pages after which a writer checkpoints in its own commit (SQLite's default is 1,000):
+#: the safety net when the checkpoint thread falls behind, and what ends a WAL that the thread
+#: copied while writers went on (the writer's checkpoint then has little left to copy, and the
+#: next write starts the WAL over).
+WAL_AUTOCHECKPOINT = 4000
 
 _FINISHED = frozenset(str(s) for s in TERMINAL)
 
@@ -172,6 +179,92 @@ class _Tx:
         pass  # synchronous=NORMAL already: a WAL commit is durable against process crashes
 
 
+#: Held by a checkpoint thread while it is inside SQLite, and by a thread that forks (see
+#: ``os.register_at_fork`` below): a child forked while a checkpoint ran would inherit SQLite's
+#: global mutexes held by a thread it does not have, and hang at its first connection.
+_FORK_GUARD = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _FORK_GUARD
+    _FORK_GUARD = threading.Lock()
+
+
+os.register_at_fork(
+    before=lambda: _FORK_GUARD.acquire(),
+    after_in_parent=lambda: _FORK_GUARD.release(),
+    after_in_child=_after_fork_in_child,
+)
+
+
+class _Checkpointer:
+    """Copies the WAL into the database file on a thread of its own, so that the process that
+    writes does not (BENCHMARKS.md, issue #18: SQLite's automatic checkpoint, run in the
+    committing thread, was ~30% of a one-at-a-time ``submit``).
+
+    Every :data:`CHECKPOINT_EVERY` commits of this process it wakes a daemon thread, started
+    then (a short-lived process, e.g. one CLI call, never starts it), that runs ``PRAGMA
+    wal_checkpoint(PASSIVE)`` on a connection of its own: a passive checkpoint waits for no
+    reader or writer and takes no lock a writer needs, and SQLite lets one checkpoint run at
+    a time (a writer's own, :data:`WAL_AUTOCHECKPOINT`, is skipped meanwhile, and vice versa).
+    Durability is unchanged: a commit is in the WAL before the checkpoint copies it. After a
+    fork the child starts its own thread when it needs one.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.commits = 0  # since the last wake-up; a lost count between threads is harmless
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None  # the one running, in process _pid
+        self._pid = os.getpid()
+        self._starting = threading.Lock()
+
+    def committed(self) -> None:
+        self.commits += 1
+        if self.commits < CHECKPOINT_EVERY:
+            return
+        self.commits = 0
+        if self._pid != os.getpid():  # forked: the parent's thread and lock are not ours
+            self._starting, self._thread, self._pid = threading.Lock(), None, os.getpid()
+        if self._thread is None:
+            with self._starting:  # one thread, however many threads commit
+                if self._thread is None:
+                    self._wake = threading.Event()
+                    self._thread = threading.Thread(
+                        target=self._run, args=(self._wake,), name="outlast-checkpoint", daemon=True
+                    )
+                    self._thread.start()
+        self._wake.set()
+
+    def _run(self, wake: threading.Event) -> None:
+        conn = None
+        try:
+            while True:
+                wake.wait()
+                wake.clear()
+                if self._thread is not threading.current_thread():
+                    return  # closed
+                # busy: another checkpoint runs (a writer's, another process's): next time;
+                # failing to connect: the writers' own checkpoints go on
+                with _FORK_GUARD, contextlib.suppress(sqlite3.Error):
+                    if conn is None:
+                        conn = sqlite3.connect(  # a fork waits at most this busy wait
+                            self.path, timeout=0.1, isolation_level=None, check_same_thread=False
+                        )
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            if conn is not None:
+                with _FORK_GUARD:
+                    conn.close()
+
+    def close(self) -> None:
+        """Stop the thread (the store's next commits start another if it is used again)."""
+        thread, self._thread = self._thread, None
+        if thread is not None and self._pid == os.getpid():
+            self._wake.set()
+            thread.join(5.0)
+
+
 def _drop(conns: list[sqlite3.Connection], lock: threading.Lock, conn: sqlite3.Connection) -> None:
     with lock:
         if conn in conns:
@@ -192,6 +285,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
         self._conns_lock = threading.Lock()
         self._docs: dict[str, tuple[bytes, JobState]] = {}
         self._docs_lock = threading.Lock()
+        self._checkpoints = _Checkpointer(self.path)
         with _translated("open", self.path):
             if not self.path.exists():
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
@@ -239,11 +333,13 @@ class SQLiteStore(_local.LocalStore, SqlStore):
         return conn
 
     def _writer(self) -> sqlite3.Connection:
-        """This thread's writing connection: no busy handler, see :meth:`_begin`."""
+        """This thread's writing connection: no busy handler, see :meth:`_begin`; it leaves
+        the WAL's checkpoints to the checkpoint thread up to :data:`WAL_AUTOCHECKPOINT`."""
         self._conn()
         conn: sqlite3.Connection | None = getattr(self._local, "writer", None)
         if conn is None:
             conn = self._local.writer = self._connect(0)
+            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
         return conn
 
     @staticmethod
@@ -279,6 +375,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+        self._checkpoints.committed()
         if tx.wakes:
             self.parts.pulse_many(tx.wakes)
 
@@ -297,6 +394,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
 
     def close(self) -> None:
         """Close every connection of this store (all threads'), and its pulse files."""
+        self._checkpoints.close()
         with self._conns_lock:
             conns = list(self._conns)
             self._conns.clear()
