@@ -476,6 +476,34 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         jobs = None if job_ids is None else set(job_ids)
         return PgListener(self._db, sorted(channels), jobs, self._queue_channel)
 
+    def _insert(self, state: JobState) -> JobState | None:
+        """One job without a unique key (a ``submit``) as one statement, its own transaction:
+        the row, its labels and its notifications (delivered at the commit) without a
+        ``BEGIN`` and ``COMMIT`` of their own. A unique key takes the SQL core's way."""
+        if state.unique_key is not None:
+            return super()._insert(state)
+        d = self.dialect
+        extra = self._extra_columns(state)
+        doc = codec.encode(state)
+        params: list[Any] = [*self._columns(state), doc, state.id, *extra.values()]
+        sql = f"WITH j AS ({_insert(d, tuple(extra))} RETURNING id)"
+        if state.labels:
+            sql += (
+                f", l AS (INSERT INTO {d.labels} (job_id, key, value)"
+                " SELECT j.id, k, v FROM j, unnest(%s::text[], %s::text[]) AS t(k, v))"
+            )
+            params += [list(state.labels), list(state.labels.values())]
+        sql += " SELECT pg_notify(c, j.id) FROM j, unnest(%s::text[]) AS t(c)"
+        params.append([self._channel(state.id), self._queue_channel])
+        with self._session(f"create {state.id}") as conn:
+            if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raise StoreError(
+                    f"postgresql store: create {state.id}: a transaction inside a transaction"
+                )
+            conn.execute(sql, params)
+        self._remember(state, doc)
+        return None
+
     def _insert_on(self, connection: Any, state: JobState) -> JobState | None:
         """The insert, its labels and its wake-ups as statements of the caller's
         transaction (``pg_notify`` is delivered when it commits, so pools wake for a job

@@ -471,14 +471,15 @@ class SqlStore(Store):
         for _ in range(5):  # a holder that ended between the insert and its read: again
             out: list[JobState | None] = []
             try:
+                docs = [codec.encode(state) for state in states]  # once each
                 with self._tx(f"create {states[0].id}" if len(states) == 1 else "create") as tx:
-                    for state in states:
-                        out.append(self._insert_one(tx, state))
+                    for state, doc in zip(states, docs, strict=True):
+                        out.append(self._insert_one(tx, state, doc))
             except _HolderGone:
                 continue  # rolled back: try the whole batch again
-            for state, holder in zip(states, out, strict=True):
+            for state, doc, holder in zip(states, docs, out, strict=True):
                 if holder is None:
-                    self._remember(state, codec.encode(state))
+                    self._remember(state, doc)
             return out
         raise StoreError("could not insert a job with a unique key: its holder kept changing")
 
@@ -506,10 +507,10 @@ class SqlStore(Store):
             self._remember(state, doc)
         return [None] * len(states)
 
-    def _insert_one(self, tx: Tx, state: JobState) -> JobState | None:
+    def _insert_one(self, tx: Tx, state: JobState, doc: bytes) -> JobState | None:
         d = self.dialect
         extra = self._extra_columns(state)
-        values = (*self._columns(state), codec.encode(state), state.id, *extra.values())
+        values = (*self._columns(state), doc, state.id, *extra.values())
         if state.unique_key is None:
             tx.write(insert_sql(d, tuple(extra)), values)
         elif not tx.read(unique_insert_sql(d, tuple(extra)), values):
