@@ -310,12 +310,11 @@ def worker_table(d: Dialect) -> list[str]:
     ]
 
 
-#: The columns of ``jobs`` a change can touch without touching the never-changing ones (and
-#: their indexes): kind, queue and created_at are set once.
 #: A transition's event (``tx.write_many`` of many: one statement on PostgreSQL).
 EVENT_INSERT = "INSERT INTO {events} (job_id, seq, doc) VALUES (?, ?, ?)"
-#: The columns a transition changes when the job keeps its queue, kind and creation time
-#: (every pool's claim and outcome), by ``tx.write_many`` (PostgreSQL: one statement).
+#: The columns of ``jobs`` a change can touch without touching the never-changing ones (and
+#: their indexes): kind, queue and created_at are set once. Every pool's claim and outcome
+#: writes these, by ``tx.write_many`` (PostgreSQL: one statement for many jobs).
 SLIM_UPDATE = (
     "UPDATE {jobs} SET status = ?, worker = ?, run_after = ?, finished_at = ?, expires_at = ?,"
     " started_at = ?, doc = ?, seq = ? WHERE id = ?"
