@@ -92,6 +92,25 @@ def test_sigterm_past_the_grace_period_requeues_running_jobs_uncounted(pool: Har
 
 
 @pytest.mark.timeout(90)
+def test_sigterm_past_the_grace_period_kills_what_the_running_job_started(
+    pool: Harness,
+) -> None:
+    """The job's own child ignores SIGTERM: once the grace is over it goes with the job's
+    process, not left running after the pool (nor kept from a pool that runs the job again)."""
+    out = pool.tmp / "pids.txt"
+    job = pool.submit("pt.tree", str(out), 60)
+    worker = pool.worker("-c", "1", "--grace", "0.5")
+    until(lambda: len(read_lines(out)) == 2, 60, "the job and its child to start")
+    child, job_process = (int(pid) for pid in read_lines(out))
+
+    worker.popen.send_signal(signal.SIGTERM)
+
+    assert worker.wait(20) == 0, pool.describe()
+    until(lambda: not alive(child) and not alive(job_process), 10, "the job's tree to be gone")
+    assert pool.get(job).status == Status.PENDING
+
+
+@pytest.mark.timeout(90)
 def test_the_pool_reconciles_a_job_whose_claimer_died(pool: Harness) -> None:
     out = pool.tmp / "ids.txt"
     job = pool.submit("pt.record", str(out))

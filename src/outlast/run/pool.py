@@ -605,10 +605,13 @@ class Pool:
                 os.write(self._wake_w, b"x")
 
     def _requeue_running(self) -> None:
-        """Grace is over: kill what still runs and give those jobs back, attempt uncounted."""
+        """Grace is over: kill what still runs (with what its job started) and give those
+        jobs back, attempt uncounted."""
         for slot in self.slots:
             if slot.task is not None:
                 task, slot.task = slot.task, None
+                if slot.process.popen.poll() is None:  # not reaped: its PID is still its own
+                    procs.kill_tree(slot.process.pid)
                 slot.process.kill()
                 slot.process.reap(5)
                 task.release()
