@@ -31,7 +31,8 @@ dies, every job it held is seen as abandoned at once, and its job processes die 
 - Cancel: the job process gets SIGUSR1 (``current().cancel_requested``) and is killed after
   the grace period (at most 10 s) if the job is still running there.
 - SIGTERM/SIGINT: stop claiming; running jobs get ``grace`` seconds to finish, then their
-  processes are killed and the jobs go back to ``pending`` without counting the attempt.
+  processes (and what their jobs started) are killed and the jobs go back to ``pending``
+  without counting the attempt.
 - Reconciling the jobs of dead workers is the store's maintenance, done by whichever pool
   (or server) holds the store's maintenance lock (:mod:`outlast.run.maintain`).
 """
