@@ -197,13 +197,18 @@ class Pool:
     def _slot_journal(self, slot: Slot) -> Journal:
         return self.store.journal(worker_name(), f"{self.token}+{slot.process.pid}")
 
-    def _restart(self, slot: Slot) -> None:
-        """Kill the slot's process (if alive) with whatever its job started, and put a fresh
-        one in its place (its journal is kept until the outcomes it holds are written)."""
+    @staticmethod
+    def _kill(slot: Slot) -> None:
+        """Kill the slot's process with whatever its job started, and reap it."""
         if slot.process.popen.poll() is None:  # not reaped: its PID is still its own
             procs.kill_tree(slot.process.pid)
         slot.process.kill()
         slot.process.reap(5)
+
+    def _restart(self, slot: Slot) -> None:
+        """Kill the slot's process (if alive) with whatever its job started, and put a fresh
+        one in its place (its journal is kept until the outcomes it holds are written)."""
+        self._kill(slot)
         slot.conn.close()
         self._retired.append(self._slot_journal(slot))
         fresh = self._start_process()
@@ -611,10 +616,7 @@ class Pool:
         for slot in self.slots:
             if slot.task is not None:
                 task, slot.task = slot.task, None
-                if slot.process.popen.poll() is None:  # not reaped: its PID is still its own
-                    procs.kill_tree(slot.process.pid)
-                slot.process.kill()
-                slot.process.reap(5)
+                self._kill(slot)
                 task.release()
                 task.release_worker_lock()
 

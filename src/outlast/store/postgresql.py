@@ -311,11 +311,17 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         return f"{self.schema}_j{zlib.crc32(job_id.encode()) % SHARDS}"
 
     @contextlib.contextmanager
-    def _tx(self, what: str) -> Iterator[_Tx]:
+    def _idle_session(self, what: str) -> Iterator[Conn]:
+        """A session with no transaction open: a write that commits must not run inside a
+        caller's transaction (its COMMIT would end theirs early)."""
         with self._session(what) as conn:
             if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                # a transition that writes to the store: its COMMIT would end ours early
                 raise StoreError(f"postgresql store: {what}: a transaction inside a transaction")
+            yield conn
+
+    @contextlib.contextmanager
+    def _tx(self, what: str) -> Iterator[_Tx]:
+        with self._idle_session(what) as conn:
             tx = _Tx(conn, self._bulk)
             yield tx
             pairs = []
@@ -495,11 +501,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             params += [list(state.labels), list(state.labels.values())]
         sql += " SELECT pg_notify(c, j.id) FROM j, unnest(%s::text[]) AS t(c)"
         params.append([self._channel(state.id), self._queue_channel])
-        with self._session(f"create {state.id}") as conn:
-            if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raise StoreError(
-                    f"postgresql store: create {state.id}: a transaction inside a transaction"
-                )
+        with self._idle_session(f"create {state.id}") as conn:
             conn.execute(sql, params)
         self._remember(state, doc)
         return None
