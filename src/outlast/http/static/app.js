@@ -755,16 +755,33 @@ function eventItem(ev) {
   );
 }
 
+// One read of the open job, 150 ms after its events settle. The read in flight is kept, so
+// a delete waits for it: no read of a job can reach the server after its delete (a 404).
 let refreshTimer = null;
+let refreshRead = null;
 function refreshJobSoon() {
   if (refreshTimer) return;
-  refreshTimer = setTimeout(async () => {
+  const id = S.current;
+  refreshTimer = setTimeout(() => {
     refreshTimer = null;
-    if (!S.current) return;
-    try {
-      renderJob(await api(`jobs/${encodeURIComponent(S.current)}`));
-    } catch (_) { /* the next event retries */ }
+    if (!id || S.current !== id) return;
+    refreshRead = (async () => {
+      try {
+        const job = await api(`jobs/${encodeURIComponent(id)}`);
+        if (S.current === id) renderJob(job);
+      } catch (_) { /* the next event retries */ }
+    })();
   }, 150);
+}
+
+// Stop every read of the open job (its stream, its log, a refresh due) and wait for the one
+// in flight: the job is about to be deleted.
+async function quietJob() {
+  stopJobStream();
+  clearInterval(S.logTimer);
+  clearTimeout(refreshTimer);
+  refreshTimer = null;
+  await refreshRead;
 }
 
 function startJobStream(id) {
@@ -924,15 +941,19 @@ async function loadRetries(job) {
 $("delete").addEventListener("click", async () => {
   const id = S.current;
   if (!window.confirm(`Delete job ${S.job ? S.job.name : id} with its events and log?`)) return;
+  await quietJob();
   try {
     await api(`jobs/${encodeURIComponent(id)}`, { method: "DELETE" });
-    S.jobs.delete(id);
-    $("jobs").querySelector(`tr[data-id="${CSS.escape(id)}"]`)?.remove();
-    toast("Job deleted");
-    location.hash = S.listHash || "#/";
   } catch (e) {
     toast(e.message, true);
+    if (S.current === id) openJob(id); // still there: its stream and log again
+    return;
   }
+  S.jobs.delete(id);
+  $("jobs").querySelector(`tr[data-id="${CSS.escape(id)}"]`)?.remove();
+  toast("Job deleted");
+  if (S.current === id) closeJob();
+  location.hash = S.listHash || "#/";
 });
 
 $("resume-form").addEventListener("submit", (e) => {
