@@ -994,9 +994,9 @@ function scheduleRow(s) {
   const runNow = h("button", { class: "btn primary", "data-action": "run", onclick: () => scheduleAct(`schedules/${name}/run`, `${s.id}: a job started`) }, "Run now");
   return h("tr", { "data-id": s.id },
     h("td", {}, h("div", { class: "job-name" }, s.id), h("div", { class: "sub" }, job)),
-    h("td", {}, whenText, h("div", { class: "sub" }, `misfire ${s.misfire}${s.overlap ? "" : " · no overlap"}`)),
-    h("td", { class: "time" }, next),
-    h("td", {}, last),
+    h("td", { "data-label": "When" }, whenText, h("div", { class: "sub" }, `misfire ${s.misfire}${s.overlap ? "" : " · no overlap"}`)),
+    h("td", { class: "time", "data-label": "Next run" }, next),
+    h("td", { "data-label": "Last run" }, last),
     h("td", { class: "c-actions" }, toggle, runNow));
 }
 
