@@ -310,6 +310,10 @@ class PostgresStore(AdvisoryLocks, SqlStore):
     def _channel(self, job_id: str) -> str:
         return f"{self.schema}_j{zlib.crc32(job_id.encode()) % SHARDS}"
 
+    def _new_job_channels(self, job_id: str) -> list[str]:
+        """Where a new job is announced: its own channel and the queue's (pools wake)."""
+        return [self._channel(job_id), self._queue_channel]
+
     @contextlib.contextmanager
     def _idle_session(self, what: str) -> Iterator[Conn]:
         """A session with no transaction open: a write that commits must not run inside a
@@ -489,10 +493,10 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         if state.unique_key is not None:
             return super()._insert(state)
         d = self.dialect
-        extra = self._extra_columns(state)
         doc = codec.encode(state)
-        params: list[Any] = [*self._columns(state), doc, state.id, *extra.values()]
-        sql = f"WITH j AS ({_insert(d, tuple(extra))} RETURNING id)"
+        names, row = self._new_row(state, doc)
+        params: list[Any] = list(row)
+        sql = f"WITH j AS ({_insert(d, names)} RETURNING id)"
         if state.labels:
             sql += (
                 f", l AS (INSERT INTO {d.labels} (job_id, key, value)"
@@ -500,7 +504,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             )
             params += [list(state.labels), list(state.labels.values())]
         sql += " SELECT pg_notify(c, j.id) FROM j, unnest(%s::text[]) AS t(c)"
-        params.append([self._channel(state.id), self._queue_channel])
+        params.append(self._new_job_channels(state.id))
         with self._idle_session(f"create {state.id}") as conn:
             conn.execute(sql, params)
         self._remember(state, doc)
@@ -516,11 +520,10 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                 f"not {type(connection).__name__}"
             )
         d = self.dialect
-        extra = self._extra_columns(state)
-        values = (*self._columns(state), codec.encode(state), state.id, *extra.values())
+        names, values = self._new_row(state, codec.encode(state))
         with _pg.translated(f"create {state.id} in your transaction"):
             if state.unique_key is not None:
-                sql = _unique_insert(d, tuple(extra))
+                sql = _unique_insert(d, names)
                 if connection.execute(sql, values).fetchone() is None:
                     row = connection.execute(
                         d.sql(
@@ -535,14 +538,14 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                         )
                     return codec.decode(row[0], row[1])
             else:
-                connection.execute(_insert(d, tuple(extra)), values)
+                connection.execute(_insert(d, names), values)
             if state.labels:
                 sql = d.sql("INSERT INTO {labels} (job_id, key, value) VALUES (?, ?, ?)")
                 with connection.cursor() as cur:
                     cur.executemany(sql, [(state.id, k, v) for k, v in state.labels.items()])
-            channels = [self._channel(state.id), self._queue_channel]
             connection.execute(
-                "SELECT pg_notify(c, %s) FROM unnest(%s::text[]) AS t(c)", (state.id, channels)
+                "SELECT pg_notify(c, %s) FROM unnest(%s::text[]) AS t(c)",
+                (state.id, self._new_job_channels(state.id)),
             )
         return None
 

@@ -437,6 +437,12 @@ class SqlStore(Store):
         """Remove what a deleted job left outside the database (its log and lock files)."""
 
     # ------------------------------------------------------------------ rows
+    def _new_row(self, state: JobState, doc: bytes) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        """A new job's row: the names of its :meth:`_extra_columns`, and every value in the
+        order of ``JOB_COLUMNS``, the document, the id, then those extra columns."""
+        extra = self._extra_columns(state)
+        return tuple(extra), (*self._columns(state), doc, state.id, *extra.values())
+
     def _columns(self, state: JobState) -> tuple[Any, ...]:
         """The queried columns of a job's row: status, kind, queue, worker, run_after,
         created_at, finished_at, expires_at, priority, retry_of, unique_key, limit_key,
@@ -490,9 +496,8 @@ class SqlStore(Store):
         rows: list[tuple[Any, ...]] = []
         names: tuple[str, ...] = ()
         for state, doc in zip(states, docs, strict=True):
-            extra = self._extra_columns(state)
-            names = tuple(extra)  # the same columns for every job
-            rows.append((*self._columns(state), doc, state.id, *extra.values()))
+            names, row = self._new_row(state, doc)  # the same columns for every job
+            rows.append(row)
         labels = [(s.id, k, v) for s in states for k, v in s.labels.items()]
         with self._tx(f"create {len(states)} jobs") as tx:
             d = self.dialect
@@ -508,11 +513,10 @@ class SqlStore(Store):
 
     def _insert_one(self, tx: Tx, state: JobState, doc: bytes) -> JobState | None:
         d = self.dialect
-        extra = self._extra_columns(state)
-        values = (*self._columns(state), doc, state.id, *extra.values())
+        names, values = self._new_row(state, doc)
         if state.unique_key is None:
-            tx.write(insert_sql(d, tuple(extra)), values)
-        elif not tx.read(unique_insert_sql(d, tuple(extra)), values):
+            tx.write(insert_sql(d, names), values)
+        elif not tx.read(unique_insert_sql(d, names), values):
             sql = f"SELECT id, doc FROM {{jobs}} WHERE unique_key = ? AND status IN {LIVE_STATUSES}"
             found = tx.read(d.sql(sql), (state.unique_key,))
             if not found:
