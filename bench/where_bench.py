@@ -58,7 +58,7 @@ TIMEOUT = 600.0
 WARM = 20  # bench/_where/submit.py's untimed first submits
 
 Counts = dict[tuple[str, str, str], float]
-PIPE = "pipe round trip pool<->job (Connection, ~1 KB)"
+PIPE = "pipe round trip pool<->job (Channel, ~1 KB)"
 LITE_SELECT = "SQLite SELECT 1 (execute + fetchone)"
 LITE_COMMIT = "SQLite commit: BEGIN IMMEDIATE; INSERT 1 KB; COMMIT (WAL, NORMAL)"
 PG_SELECT = "PG SELECT 1 (one round trip)"
@@ -439,20 +439,21 @@ def floor_python() -> list[tuple[str, float, float, float]]:
 
 def floor_pipe() -> tuple[str, float, float, float]:
     """One message each way between two processes (what a pool and its job process trade
-    per job: multiprocessing's Connection over a socket pair)."""
+    per job: :class:`outlast.boot.Channel` over a socket pair)."""
     import socket
-    from multiprocessing.connection import Connection
+
+    from outlast.boot import Channel
 
     ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         ours.close()
-        conn = Connection(theirs.detach())
+        conn = Channel(theirs.detach())
         while (msg := conn.recv()) is not None:
             conn.send(msg)
         os._exit(0)
     theirs.close()
-    conn = Connection(ours.detach())
+    conn = Channel(ours.detach())
     message: tuple[Any, ...] = ("01a2288c2c11b64629d4", 1, b"x" * 900, [])
 
     def ping() -> None:

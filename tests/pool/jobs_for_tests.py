@@ -153,6 +153,12 @@ def noop(value: Any = None) -> Any:
     return value
 
 
+@outlast.job(name="pt.modules")
+def modules(names: list[str]) -> list[str]:
+    """Which of ``names`` this job process has imported."""
+    return [name for name in names if name in sys.modules]
+
+
 @outlast.job(name="pt.sleep")
 def sleep(seconds: float) -> float:
     time.sleep(seconds)

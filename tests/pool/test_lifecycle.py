@@ -224,6 +224,10 @@ def test_the_first_job_processes_are_forked_and_a_replacement_spawned(pool: Harn
     A job process that dies is replaced by a spawned one (``python -m outlast.run.jobproc``)."""
     worker = pool.worker("-c", "2")
     assert pool.wait_for(pool.submit("pt.noop", 1), timeout=30).status == Status.SUCCEEDED
+    # what a worker imports before its first job, none of which it needs for a function job
+    # (~40 ms of its start-up here, BENCHMARKS.md issue #18): its job processes show it
+    heavy = ["multiprocessing", "psutil"]
+    assert pool.wait_for(pool.submit("pt.modules", heavy), timeout=30).result == []
     children = until(lambda: len(worker.children()) == 2 and worker.children(), 10, "two")
     pool_cmdline = _cmdline(worker.pid)
     for pid in children:

@@ -26,7 +26,6 @@ import os
 import signal
 import sys
 from functools import partial
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -46,8 +45,9 @@ def main(argv: list[str]) -> int:
     shield = partial(procs.set_parent_death_signal, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    conn = Connection(int(argv[0]))
     from outlast import boot, codec
+
+    conn = boot.Channel(int(argv[0]))
     from outlast.errors import CorruptJob, OutlastError
     from outlast.run import context, registry
     from outlast.run.capture import Capture

@@ -46,7 +46,6 @@ import os
 import select
 import signal
 import time
-from multiprocessing.connection import Connection
 from typing import Any
 
 from outlast import boot, codec, config
@@ -136,10 +135,10 @@ class Pool:
         """Start ``n`` job processes side by side, then wait until each is ready."""
         return self._await_ready(self._spawn_many(n))
 
-    def _spawn_many(self, n: int) -> list[tuple[JobProcess, Connection]]:
+    def _spawn_many(self, n: int) -> list[tuple[JobProcess, boot.Channel]]:
         """Start ``n`` job processes without waiting for them (see :meth:`_await_ready`);
         those booted before the pool (:attr:`booted`) first."""
-        started: list[tuple[JobProcess, Connection]] = []
+        started: list[tuple[JobProcess, boot.Channel]] = []
         try:
             while self.booted and len(started) < n:
                 started.append(self._adopt(self.booted.pop(0)))
@@ -150,7 +149,7 @@ class Pool:
             raise
         return started
 
-    def _await_ready(self, started: list[tuple[JobProcess, Connection]]) -> list[Slot]:
+    def _await_ready(self, started: list[tuple[JobProcess, boot.Channel]]) -> list[Slot]:
         """Wait until each started job process says it is ready; kill them all if one
         does not."""
         try:
@@ -172,16 +171,16 @@ class Pool:
         return [Slot(process, conn) for process, conn in started]
 
     @staticmethod
-    def _abandon(started: list[tuple[JobProcess, Connection]]) -> None:
+    def _abandon(started: list[tuple[JobProcess, boot.Channel]]) -> None:
         for process, conn in started:
             process.kill()
             process.reap(5)
             conn.close()
 
-    def _spawn(self) -> tuple[JobProcess, Connection]:
+    def _spawn(self) -> tuple[JobProcess, boot.Channel]:
         return self._adopt(boot.spawn(self.store.url, self.imports))
 
-    def _adopt(self, booting: boot.Booting) -> tuple[JobProcess, Connection]:
+    def _adopt(self, booting: boot.Booting) -> tuple[JobProcess, boot.Channel]:
         """Introduce a started job process to this pool: its journal's names, and the
         pool's liveness, shared (its jobs look abandoned only once this process is dead too,
         so its journal is complete when they are reconciled)."""
@@ -192,7 +191,7 @@ class Pool:
             raise
         with contextlib.suppress(OSError):  # it died booting: _await_ready says so
             boot.introduce(booting.sock, worker_name(), self.token, self.store.liveness_fd())
-        return process, Connection(booting.sock.detach())
+        return process, boot.Channel(booting.sock.detach())
 
     def _slot_journal(self, slot: Slot) -> Journal:
         return self.store.journal(worker_name(), f"{self.token}+{slot.process.pid}")

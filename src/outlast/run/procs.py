@@ -19,9 +19,13 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
+
+# psutil is imported where it is used (killing, command jobs' start times): ~17 ms of a
+# worker's start-up here, and a pool of function jobs needs it only to kill (issue #18).
 
 T = TypeVar("T")
 
@@ -30,6 +34,8 @@ START_TOLERANCE = 0.01  # seconds; both sides read the same kernel value through
 
 def start_time(pid: int) -> datetime | None:
     """The kernel's start time of ``pid``, or None when no such process exists."""
+    import psutil
+
     try:
         return datetime.fromtimestamp(psutil.Process(pid).create_time(), UTC)
     except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
@@ -108,6 +114,8 @@ def become_subreaper() -> None:
 
 def descendants(skip_group: int | None = None) -> list[psutil.Process]:
     """This process's live descendants, except those in process group ``skip_group``."""
+    import psutil
+
     try:
         found = psutil.Process().children(recursive=True)
     except psutil.Error:
@@ -128,6 +136,8 @@ def descendants(skip_group: int | None = None) -> list[psutil.Process]:
 def signal_descendants(sig: int, skip_group: int | None = None) -> None:
     """Send ``sig`` to every live descendant (outside group ``skip_group``, which its caller
     signals as a whole)."""
+    import psutil
+
     for proc in descendants(skip_group):
         with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
             proc.send_signal(sig)
@@ -175,6 +185,8 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
 def kill_tree(pid: int) -> None:
     """SIGKILL ``pid`` and every descendant of it (a pool's job process and what its job
     started), children first looked up, so none is missed when the parent dies."""
+    import psutil
+
     try:
         parent = psutil.Process(pid)
         found = [*parent.children(recursive=True), parent]

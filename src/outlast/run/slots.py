@@ -11,9 +11,8 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 
-from outlast.boot import Process
+from outlast.boot import Channel, Process
 from outlast.store import Store, Task
 
 log = logging.getLogger("outlast.worker")
@@ -71,7 +70,7 @@ class Slot:
     """One job process and the job it runs, if any."""
 
     process: JobProcess
-    conn: Connection
+    conn: Channel
     task: Task | None = None
     deadline: float | None = None
     kill_at: float | None = None
