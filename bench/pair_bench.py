@@ -1,7 +1,8 @@
 """Before/after, paired (issue #18): the same figure from two copies of outlast's source, run
 alternately, medians. How this session's changes were measured (BENCHMARKS.md).
 
-    python bench/pair_bench.py latency|first|submit BEFORE_SRC AFTER_SRC [--store sqlite|postgresql]
+    python bench/pair_bench.py latency|first|submit|drain BEFORE_SRC AFTER_SRC
+        [--store sqlite|postgresql]
         [--reps 5] [--jobs 200] [--pg postgresql://postgres@127.0.0.1:5432/test]
 
 A source is a folder holding the ``outlast`` package (e.g. ``git worktree add /tmp/before
@@ -16,6 +17,10 @@ install's path comes after it) and compiles it first.
 - ``submit``: ``--jobs`` no-op jobs submitted one call at a time by one process into a fresh
   store (after one unmeasured): jobs/s, the p50 and p99 of one call in ms, and the share of
   the time spent in calls slower than 3x the p50 (SQLite's checkpoints land there).
+- ``drain``: ``--jobs`` no-op jobs queued with one ``submit_many`` (not timed), then one
+  ``outlast worker -c 2 --burst`` drains them: jobs/s between the first job's first line and
+  the last job's return (the jobs' own clocks: no polling), and the worker's wall time
+  (start-up included).
 """
 
 from __future__ import annotations
@@ -81,6 +86,23 @@ p50 = took[n // 2]
 slow = sum(t for t in took if t > 3 * p50) / total
 print(json.dumps([n / total, p50 * 1e3, took[int(0.99 * (n - 1))] * 1e3, slow * 100]))
 """
+DRAIN = """
+import json, os, subprocess, sys, time
+import outlast, pair_jobs
+from outlast.model import Status
+store = outlast.use_store(os.environ["OUTLAST_STORE"])
+n = int(sys.argv[1])
+outlast.submit_many(pair_jobs.stamp, [[] for _ in range(n)])
+t0 = time.monotonic()
+argv = [sys.executable, "-m", "outlast", "worker", "-c", "2", "--burst", "--import", "pair_jobs"]
+subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+wall = time.monotonic() - t0
+jobs = store.list(limit=None)
+assert len(jobs) == n and all(j.status == Status.SUCCEEDED for j in jobs)
+first = min(j.result[0] for j in jobs)
+last = max(j.result[1] for j in jobs)
+print(json.dumps([(n - 1) / (last - first), wall]))
+"""
 FIRST = """
 import json, os, sys, time
 import outlast
@@ -98,7 +120,7 @@ print(json.dumps([(time.monotonic() - t0) * 1e3]), flush=True)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("figure", choices=["latency", "first", "submit"])
+    parser.add_argument("figure", choices=["latency", "first", "submit", "drain"])
     parser.add_argument("before")
     parser.add_argument("after")
     parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
@@ -122,6 +144,7 @@ def main() -> None:
         "latency": ["submit→start p50 ms", "finish→seen p50 ms"],
         "first": ["ms"],
         "submit": ["jobs/s", "p50 ms", "p99 ms", "% in slow calls"],
+        "drain": ["jobs/s", "worker wall s"],
     }[args.figure]
     for label, tree in zip(("before", "after"), trees, strict=True):
         runs = results[tree]
@@ -141,9 +164,10 @@ def _one(args: argparse.Namespace, tree: str, work: Path) -> list[float]:
     env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{work}", OUTLAST_STORE=url)
     py = sys.executable
     try:
-        if args.figure == "submit":
+        if args.figure in ("submit", "drain"):
+            script = SUBMIT if args.figure == "submit" else DRAIN
             out = subprocess.run(
-                [py, "-c", SUBMIT, str(args.jobs)], env=env, capture_output=True, check=True
+                [py, "-c", script, str(args.jobs)], env=env, capture_output=True, check=True
             ).stdout
             submitted: list[float] = json.loads(out)
             return submitted
