@@ -303,9 +303,14 @@ class Pool:
             self.backlog.extend(tasks)
             claimed = len(tasks)
             self.claims += 1
-            self._claim_due = bool(tasks)
+            # a full claim: there may be more. A short one took all there was: a new job
+            # (or a slot freed) wakes the pool, and the time of a delayed one is noted now,
+            # rather than by an empty claim later, which would hold up the outcomes of the
+            # jobs just started (the latency finish->seen, BENCHMARKS.md issue #18)
+            self._claim_due = len(tasks) >= want
             if not tasks:
                 self.empty_claims += 1
+            if len(tasks) < want:
                 self._note_next_due()
             self._start_idle()
         return claimed
