@@ -128,6 +128,68 @@ def test_four_workers_two_thousand_jobs_each_exactly_once(url: str, pgstore: Pos
         ]
 
 
+def test_a_claim_and_an_outcome_commit_their_writes_as_one_statement(
+    pgstore: PostgresStore,
+) -> None:
+    """The commit round trip of a claim (journal records, events, the job's row, the
+    notifications) and of an outcome (events, row, notifications) is one statement and
+    ``COMMIT``: the writes as data-modifying ``WITH`` queries, all of them done."""
+    job = pgstore.create(name="fused", queue="default")
+    runs: list[list[str]] = []
+    real = pg._Script.run
+
+    def run(self: pg._Script, conn: object) -> object:
+        runs.append([sql for sql, _ in self.statements])
+        return real(self, conn)  # type: ignore[arg-type]
+
+    pg._Script.run = run  # type: ignore[method-assign]
+    try:
+        with pgstore.listen([job.id]) as listener:
+            [task] = pgstore.claim(None, 1, journal=pgstore.journal("pool", "token"))
+            assert listener.wait(10)  # the fused statement's notification arrived
+            listener.drain()
+            task.succeed({"x": 1})
+            assert listener.wait(10)
+    finally:
+        pg._Script.run = real  # type: ignore[method-assign]
+    commits = [r for r in runs if r[-1] == "COMMIT"]
+    assert len(commits) == 2, runs
+    for statements in commits:
+        assert len(statements) == 2, statements
+        assert statements[0].startswith("WITH w0 AS (") and "pg_notify" in statements[0]
+    claim, outcome = commits
+    assert ".journal" in claim[0] and ".events" in claim[0] and ".jobs" in claim[0]
+    assert ".events" in outcome[0] and ".jobs" in outcome[0]
+    state = pgstore.get(job.id)
+    assert state.status == Status.SUCCEEDED and state.result == {"x": 1}
+    assert [e.status for e in pgstore.events(job.id)][-2:] == ["started", "completed"]
+    # the job's moves counted by the trigger on its row, written inside a WITH query
+    counts = {k: n for k, n in pgstore.stats().jobs.items() if n}
+    assert counts == {("default", "succeeded", "command"): 1}, counts
+
+
+def test_fusing_keeps_the_order_and_never_joins_two_writes_of_one_table() -> None:
+    """``_Script.fuse``: a run of writes to different tables (and the notification after
+    it) becomes one statement, parameters in order; a second write of a table already in
+    the run starts a new one; any other statement stays where it was, alone."""
+    writes = {"INSERT a": "a", "INSERT b": "b", "UPDATE a": "a"}
+    script = pg._Script().add("BEGIN")
+    script.add("INSERT a", 1).add("INSERT b", 2, 3).add("UPDATE a", 4).add("NOTIFY", 5)
+    script.add("SET LOCAL x").add("INSERT b", 6).add("COMMIT")
+    script.fuse(writes, "NOTIFY")
+    assert script.statements == [
+        ("BEGIN", ()),
+        ("WITH w0 AS (INSERT a), w1 AS (INSERT b) SELECT 1", (1, 2, 3)),
+        ("WITH w0 AS (UPDATE a) NOTIFY", (4, 5)),
+        ("SET LOCAL x", ()),
+        ("INSERT b", (6,)),
+        ("COMMIT", ()),
+    ]
+    alone = pg._Script().add("NOTIFY", 1).add("COMMIT")
+    alone.fuse(writes, "NOTIFY")
+    assert alone.statements == [("NOTIFY", (1,)), ("COMMIT", ())]
+
+
 def test_a_batch_of_transitions_is_one_statement_with_every_column_written(
     pgstore: PostgresStore, url: str
 ) -> None:

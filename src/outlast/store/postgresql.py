@@ -139,6 +139,20 @@ def bulk_statements(d: Dialect) -> dict[str, str]:
     return {d.sql(SLIM_UPDATE): slim, d.sql(EVENT_INSERT): events}
 
 
+def fusable_writes(schema: str, d: Dialect, bulk: dict[str, str]) -> dict[str, str]:
+    """The writes a transaction's commit may join into one statement (see ``_Script.fuse``),
+    each with the table it writes: a transition's (the job's row, its events) and a claim's
+    journal records. None reads a table another writes."""
+    slim, events = d.sql(SLIM_UPDATE), d.sql(EVENT_INSERT)
+    return {
+        slim: "jobs",
+        bulk[slim]: "jobs",
+        events: "events",
+        bulk[events]: "events",
+        _journal_upsert(schema): "journal",
+    }
+
+
 #: A document's field in SQL.
 _DOC = "convert_from(doc, 'UTF8')::jsonb->>'{}'"
 
@@ -198,6 +212,10 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
     ]
 
 
+#: Wakes the listeners of each channel of the first array with the payload in the second.
+_NOTIFY = "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS t(c, p)"
+
+
 class _Script:
     """Statements sent in one round trip (pipeline mode)."""
 
@@ -207,6 +225,51 @@ class _Script:
     def add(self, statement: str, *params: Any) -> _Script:
         self.statements.append((statement, params))
         return self
+
+    def fuse(self, writes: dict[str, str], last: str) -> None:
+        """Join each run of statements of ``writes`` (each statement's SQL, and the table it
+        writes) that write different tables, and the statement ``last`` if it follows them,
+        into one statement: the writes as data-modifying ``WITH`` queries, ``last`` (else
+        ``SELECT 1``) as its main query. The client's cost is per statement (~150 us of
+        psycopg here, BENCHMARKS.md issue #18); a claim's writes are then one, not four.
+
+        Safe for the statements it is given only: each writes a table none of the others in
+        its run reads or writes (they share one snapshot, and every one runs to completion
+        whether read or not), and none has a ``WITH`` or ``RETURNING`` of its own."""
+        fused: list[tuple[str, tuple[Any, ...]]] = []
+        run: list[tuple[str, tuple[Any, ...]]] = []
+        tables: set[str] = set()
+
+        def close(main: tuple[str, tuple[Any, ...]] | None) -> None:
+            if len(run) + (main is not None) < 2 or not run:
+                fused.extend(run)
+            else:
+                parts = ", ".join(f"w{i} AS ({sql})" for i, (sql, _) in enumerate(run))
+                sql, params = main if main is not None else ("SELECT 1", ())
+                joined = tuple(p for _, each in run for p in each) + params
+                fused.append((f"WITH {parts} {sql}", joined))
+                main = None
+            if main is not None:
+                fused.append(main)
+            run.clear()
+            tables.clear()
+
+        for statement in self.statements:
+            table = writes.get(statement[0])
+            if table is not None and table not in tables:
+                run.append(statement)
+                tables.add(table)
+            elif statement[0] == last:
+                close(statement)
+            else:
+                close(None)
+                if table is not None:
+                    run.append(statement)
+                    tables.add(table)
+                else:
+                    fused.append(statement)
+        close(None)
+        self.statements = fused
 
     def run(self, conn: Conn) -> list[Row]:
         """Run and clear the script; returns the rows of its last statement."""
@@ -270,6 +333,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         self.schema, conninfo, self._where = _pg.parse_url(url)
         self.dialect = dialect(self.schema)
         self._bulk = bulk_statements(self.dialect)
+        self._fusable = fusable_writes(self.schema, self.dialect, self._bulk)
         self._queue_channel = f"{self.schema}_queue"
         self._db = _pg.Connections(conninfo, self._where)
         self._registry_locks: dict[str, PgMaintenance] = {}
@@ -334,14 +398,11 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                 if claimable:
                     pairs.append((self._queue_channel, job_id))
             if pairs:
-                tx.script.add(
-                    "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS t(c, p)",
-                    [c for c, _ in pairs],
-                    [p for _, p in pairs],
-                )
+                tx.script.add(_NOTIFY, [c for c, _ in pairs], [p for _, p in pairs])
             if tx.relaxed:
                 tx.script.add("SET LOCAL synchronous_commit = off")
-            tx.script.add("COMMIT").run(conn)
+            tx.script.add("COMMIT").fuse(self._fusable, _NOTIFY)
+            tx.script.run(conn)
 
     def _query(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with self._session(what) as conn:
@@ -446,8 +507,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
 
     def _journal_claims_sql(self, records: list[tuple[Key, str]]) -> tuple[str, list[Any]]:
         ids, lines = [k[0] for k, _ in records], [line for _, line in records]
-        sql = f'INSERT INTO "{self.schema}".journal SELECT * FROM unnest(%s::text[], %s::text[])'
-        return sql + _UPSERT, [ids, lines]
+        return _journal_upsert(self.schema), [ids, lines]
 
     def _sweep_journal(self) -> None:
         """Forget the records of finished (or deleted) jobs: only those, since a pending job
@@ -716,3 +776,9 @@ class _PgJournal(Journal):
 
 
 _UPSERT = " ON CONFLICT (id) DO UPDATE SET line = excluded.line"
+
+
+def _journal_upsert(schema: str) -> str:
+    """Journal records (ids and lines, as arrays) written over those of the same jobs."""
+    unnest = "SELECT * FROM unnest(%s::text[], %s::text[])"
+    return f'INSERT INTO "{schema}".journal {unnest}{_UPSERT}'
