@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from outlast import codec
 from outlast.errors import CorruptJob, InvalidInput, JobNotFound, StoreError, WorkerLockHeld
 from outlast.machine import Outcome
 from outlast.model import Status
@@ -194,8 +195,9 @@ def test_a_batch_of_transitions_is_one_statement_with_every_column_written(
     pgstore: PostgresStore, url: str
 ) -> None:
     """A claim of many jobs and their outcomes written together: the per-job UPDATE and
-    event INSERT go as one ``unnest`` statement each, NULLs and all, and leave each row
-    exactly as a transition of one job does."""
+    event INSERT go as one statement each (the rows as one JSON parameter), NULLs and all,
+    and leave each row exactly as a transition of one job does: every column, the time to
+    the microsecond, and the document's exact bytes (a result of any character)."""
     import psycopg
 
     alone = pgstore.create(name="alone", queue="default")
@@ -213,15 +215,17 @@ def test_a_batch_of_transitions_is_one_statement_with_every_column_written(
     try:
         tasks = pgstore.claim(None, 10)
         assert sorted(t.id for t in tasks) == sorted(ids)  # ids of one millisecond: any order
-        done = [transition(Outcome("succeed", {"x": 1}), t.attempt or 0) for t in tasks]
+        value = {"x": 1, "text": 'é ✓ \\ " \u0000 \U0001f600'}
+        done = [transition(Outcome("succeed", value), t.attempt or 0) for t in tasks]
         pgstore.apply_many([(t.id, fn) for t, fn in zip(tasks, done, strict=True) if fn])
     finally:
         pg._Script.add = real  # type: ignore[method-assign]
     one.succeed({"x": 1})
     updates = [s for s in sent if s.startswith(f'UPDATE "{pgstore.schema}".jobs')]
     inserts = [s for s in sent if s.startswith(f'INSERT INTO "{pgstore.schema}".events')]
-    assert len(updates) == 2 and all("unnest" in s for s in updates)  # claim, outcomes
-    assert len(inserts) == 2 and all("unnest" in s for s in inserts)
+    batch = "jsonb_array_elements"
+    assert len(updates) == 2 and all(batch in s for s in updates)  # claim, outcomes
+    assert len(inserts) == 2 and all(batch in s for s in inserts)
     columns = "status, worker, run_after, finished_at, expires_at, started_at IS NULL, seq"
     with psycopg.connect(url.split("?")[0]) as conn:
         rows = {
@@ -248,6 +252,12 @@ def test_a_batch_of_transitions_is_one_statement_with_every_column_written(
         )
         assert worker == reference[1] is not None
         assert finished_at is not None and finished_at == state.finished_at
+        assert state.result == value
+        with psycopg.connect(url.split("?")[0]) as conn:
+            [(doc,)] = conn.execute(
+                f'SELECT doc FROM "{pgstore.schema}".jobs WHERE id = %s', (job_id,)
+            ).fetchall()
+        assert bytes(doc) == codec.encode(state)  # the bytes written, exactly
 
 
 # ---------------------------------------------------------------------- death and fencing

@@ -44,6 +44,7 @@ trades that for every transaction (several times the throughput on slow disks).
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import os
 import re
@@ -53,6 +54,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import psycopg
 
 from outlast import codec, paths
@@ -120,21 +122,24 @@ def dialect(schema: str) -> Dialect:
 
 def bulk_statements(d: Dialect) -> dict[str, str]:
     """The one-statement form of the SQL core's statements that a transaction runs once per
-    job (a claim's starts, a batch of outcomes): the rows as arrays, one per column, through
-    ``unnest``. A pool's batch of 16 jobs is then 2 statements instead of 32, which spares
-    the pool the client's cost of each statement and the server its planning and execution."""
+    job (a claim's starts, a batch of outcomes): the rows as one JSON array of arrays
+    (:func:`rows_json`), read with ``jsonb_array_elements``. A pool's batch of 16 jobs is
+    then 2 statements instead of 32, which spares the pool the client's cost of each
+    statement and the server its planning and execution; and one JSON parameter, not an
+    array per column, which spares it psycopg's dumping of each array element in Python
+    (5x the client's CPU of a batch's update, BENCHMARKS.md issue #18)."""
+    ts = "timestamptz"
     slim = (
-        f"UPDATE {d.jobs} AS j SET status = u.status, worker = u.worker,"
-        " run_after = u.run_after, finished_at = u.finished_at, expires_at = u.expires_at,"
-        " started_at = u.started_at, doc = u.doc, seq = u.seq"
-        " FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[],"
-        " %s::timestamptz[], %s::timestamptz[], %s::bytea[], %s::integer[], %s::text[])"
-        " AS u(status, worker, run_after, finished_at, expires_at, started_at, doc, seq, id)"
-        " WHERE j.id = u.id"
+        f"UPDATE {d.jobs} AS j SET status = r->>0, worker = r->>1,"
+        f" run_after = (r->>2)::{ts}, finished_at = (r->>3)::{ts},"
+        f" expires_at = (r->>4)::{ts}, started_at = (r->>5)::{ts},"
+        " doc = decode(r->>6, 'base64'), seq = (r->>7)::integer"
+        " FROM jsonb_array_elements(%s::jsonb) AS r WHERE j.id = r->>8"
     )
     events = (
         f"INSERT INTO {d.events} (job_id, seq, doc)"
-        " SELECT * FROM unnest(%s::text[], %s::integer[], %s::bytea[])"
+        " SELECT r->>0, (r->>1)::integer, decode(r->>2, 'base64')"
+        " FROM jsonb_array_elements(%s::jsonb) AS r"
     )
     return {d.sql(SLIM_UPDATE): slim, d.sql(EVENT_INSERT): events}
 
@@ -212,8 +217,21 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
     ]
 
 
-#: Wakes the listeners of each channel of the first array with the payload in the second.
-_NOTIFY = "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS t(c, p)"
+#: Wakes the listeners of channels: a JSON array (:func:`rows_json`) of [channel, payload].
+_NOTIFY = "SELECT pg_notify(r->>0, r->>1) FROM jsonb_array_elements(%s::jsonb) AS r"
+
+
+def rows_json(rows: Sequence[Sequence[Any]]) -> str:
+    """Rows as one JSON array of arrays, for ``jsonb_array_elements``: times in ISO 8601
+    with their offset (read back with ``::timestamptz``, to the microsecond), bytes in
+    base64 (``decode(…, 'base64')``: the exact bytes, whatever the database's encoding)."""
+    return orjson.dumps(rows, default=_base64).decode()
+
+
+def _base64(value: object) -> str:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return binascii.b2a_base64(value, newline=False).decode()
+    raise TypeError(f"{type(value).__name__} is not a column value")
 
 
 class _Script:
@@ -299,8 +317,8 @@ class _Tx:
 
     def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         bulk = self.bulk.get(sql) if len(rows) > 1 else None
-        if bulk is not None:  # the rows as one array per column
-            self.script.add(bulk, *map(list, zip(*rows, strict=True)))
+        if bulk is not None:  # the rows as one JSON parameter
+            self.script.add(bulk, rows_json(rows))
             return
         for row in rows:
             self.script.add(sql, *row)
@@ -398,7 +416,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                 if claimable:
                     pairs.append((self._queue_channel, job_id))
             if pairs:
-                tx.script.add(_NOTIFY, [c for c, _ in pairs], [p for _, p in pairs])
+                tx.script.add(_NOTIFY, rows_json(pairs))
             if tx.relaxed:
                 tx.script.add("SET LOCAL synchronous_commit = off")
             tx.script.add("COMMIT").fuse(self._fusable, _NOTIFY)
@@ -506,8 +524,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             conn.execute(*self._journal_claims_sql(records))
 
     def _journal_claims_sql(self, records: list[tuple[Key, str]]) -> tuple[str, list[Any]]:
-        ids, lines = [k[0] for k, _ in records], [line for _, line in records]
-        return _journal_upsert(self.schema), [ids, lines]
+        return _journal_upsert(self.schema), [rows_json([(k[0], line) for k, line in records])]
 
     def _sweep_journal(self) -> None:
         """Forget the records of finished (or deleted) jobs: only those, since a pending job
@@ -779,6 +796,7 @@ _UPSERT = " ON CONFLICT (id) DO UPDATE SET line = excluded.line"
 
 
 def _journal_upsert(schema: str) -> str:
-    """Journal records (ids and lines, as arrays) written over those of the same jobs."""
-    unnest = "SELECT * FROM unnest(%s::text[], %s::text[])"
-    return f'INSERT INTO "{schema}".journal {unnest}{_UPSERT}'
+    """Journal records ([id, line] rows, :func:`rows_json`) written over those of the same
+    jobs."""
+    rows = "SELECT r->>0, r->>1 FROM jsonb_array_elements(%s::jsonb) AS r"
+    return f'INSERT INTO "{schema}".journal {rows}{_UPSERT}'
