@@ -304,20 +304,21 @@ class Pool:
             claimed = len(tasks)
             self.claims += 1
             # a full claim: there may be more. A short one took all there was: a new job
-            # (or a slot freed) wakes the pool, and the time of a delayed one is noted now,
-            # rather than by an empty claim later, which would hold up the outcomes of the
-            # jobs just started (the latency finish->seen, BENCHMARKS.md issue #18)
+            # (or a slot freed) wakes the pool, and the time of a delayed one is noted now
+            # (once the jobs are handed out: not on their way to start), rather than by an
+            # empty claim later, which would hold up the outcomes of the jobs just started
+            # (the latency finish->seen, BENCHMARKS.md issue #18)
             self._claim_due = len(tasks) >= want
             if not tasks:
                 self.empty_claims += 1
+            self._start_idle()
             if len(tasks) < want:
                 self._note_next_due()
-            self._start_idle()
         return claimed
 
     def _note_next_due(self) -> None:
-        """After a claim found nothing: when the earliest delayed job is due, so that the idle
-        pool wakes then (and not before)."""
+        """After a claim took all there was: when the earliest delayed job is due, so that
+        the pool wakes then (and not before)."""
         self._due_at = None
         if not self.store.capabilities.pushes_notifications:
             return
