@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from outlast import codec, machine
-from outlast.errors import InvalidInput
+from outlast.errors import InvalidInput, JobNotFound
 from outlast.frozen import thaw
 from outlast.machine import Change
 from outlast.model import (
@@ -410,3 +410,29 @@ def test_frozen_containers_cannot_be_refilled_through_init() -> None:
         with pytest.raises(TypeError, match="immutable"):
             attempt()
     assert frozen == {"a": [1]}
+
+
+def test_a_sql_store_reuses_a_state_only_while_its_stored_bytes_are_the_same(
+    store: Store, store_url: str
+) -> None:
+    """SQLite and PostgreSQL keep the states they last wrote or read (``StateCache``): a job
+    read again unchanged is the same state object (no parse, no check); a change from
+    another store object (another process) is read fresh, as is a deleted job."""
+    if not store_url.startswith(("sqlite", "postgresql")):
+        pytest.skip("the files store reads each job's file")
+    from outlast.store import open_store
+
+    job = store.create(name="cached", queue="default")
+    first = store.get(job.id)
+    assert store.get(job.id) is first
+    with open_store(store_url) as other:  # another writer
+        [task] = other.claim(None, 1)
+        task.report("halfway", progress=40)
+    changed = store.get(job.id)
+    assert changed is not first and changed.progress == 40 and changed.step == "halfway"
+    assert store.get(job.id) is changed
+    task.succeed("done")
+    assert store.get(job.id).result == "done"
+    store.delete(job.id)
+    with pytest.raises(JobNotFound):
+        store.get(job.id)

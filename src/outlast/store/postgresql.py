@@ -80,6 +80,7 @@ from outlast.store.sql import (
     Dialect,
     Row,
     SqlStore,
+    StateCache,
     Write,
     fill_name_keys,
     flow_columns,
@@ -352,6 +353,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         self.dialect = dialect(self.schema)
         self._bulk = bulk_statements(self.dialect)
         self._fusable = fusable_writes(self.schema, self.dialect, self._bulk)
+        self._states = StateCache()
         self._queue_channel = f"{self.schema}_queue"
         self._db = _pg.Connections(conninfo, self._where)
         self._registry_locks: dict[str, PgMaintenance] = {}
@@ -445,6 +447,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         return {**super()._extra_columns(state), "lock_key": lock_key(self.schema, state.id)}
 
     def _forget(self, job_id: str) -> None:
+        super()._forget(job_id)
         for name in (f"{job_id}.log", f"{job_id}.log.1", f"{job_id}.worker.log"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._log_dir() / name)

@@ -36,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from outlast import codec, paths
+from outlast import paths
 from outlast.model import TERMINAL, JobState, Kind
 from outlast.store import _counts, _local
 from outlast.store.common import disk_full, make_private_dir, translated
@@ -46,6 +46,7 @@ from outlast.store.sql import (
     Dialect,
     Row,
     SqlStore,
+    StateCache,
     Write,
     fill_name_keys,
     flow_columns,
@@ -56,7 +57,6 @@ from outlast.store.sql import (
     worker_table,
 )
 
-DOC_CACHE = 4096  # parsed documents kept per store object, reused only if byte-identical
 BUSY_TIMEOUT = 60.0  # seconds a writer waits for SQLite's write lock before giving up
 #: Commits of this process between two checkpoints on its checkpoint thread (see _Checkpointer).
 CHECKPOINT_EVERY = 100
@@ -283,8 +283,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []  # every thread's, for close()
         self._conns_lock = threading.Lock()
-        self._docs: dict[str, tuple[bytes, JobState]] = {}
-        self._docs_lock = threading.Lock()
+        self._states = StateCache()
         self._checkpoints = _Checkpointer(self.path)
         with _translated("open", self.path):
             if not self.path.exists():
@@ -408,27 +407,8 @@ class SQLiteStore(_local.LocalStore, SqlStore):
         their sizes and times say when to look again, without a query."""
         return _local.StatWatch([self.path, Path(f"{self.path}-wal")])
 
-    # ------------------------------------------------------------------ the state cache
-    def _decode(self, job_id: str, raw: Any) -> JobState:
-        """Parse a stored document, or reuse the state this process last wrote or read for the
-        job if the stored bytes are exactly that (states are immutable, so sharing is safe;
-        a transition is read back right after it is written, e.g. claim then succeed)."""
-        hit = self._docs.get(job_id)
-        if hit is not None and hit[0] == raw:
-            return hit[1]
-        state = codec.decode(job_id, raw)
-        self._remember(state, raw)
-        return state
-
-    def _remember(self, state: JobState, doc: bytes) -> None:
-        with self._docs_lock:
-            self._docs[state.id] = (doc, state)
-            if len(self._docs) > DOC_CACHE:
-                self._docs.pop(next(iter(self._docs)))
-
     def _forget(self, job_id: str) -> None:
-        with self._docs_lock:
-            self._docs.pop(job_id, None)
+        super()._forget(job_id)
         self.parts.forget(job_id)
 
     # ------------------------------------------------------------------ claims
