@@ -46,14 +46,14 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from outlast import boot, codec
-
-    conn = boot.Channel(int(argv[0]))
     from outlast.errors import CorruptJob, OutlastError
     from outlast.run import context, registry
     from outlast.run.capture import Capture
     from outlast.run.execute import run_attempt
     from outlast.run.procs import patiently
     from outlast.store import open_store
+
+    conn = boot.Channel(int(argv[0]))
 
     context.install_cancel_handler()
     registry.inherit_sys_path()

@@ -260,33 +260,30 @@ class _Script:
         tables: set[str] = set()
 
         def close(main: tuple[str, tuple[Any, ...]] | None) -> None:
-            if len(run) + (main is not None) < 2 or not run:
-                fused.extend(run)
-            else:
+            if run and (len(run) > 1 or main is not None):
                 parts = ", ".join(f"w{i} AS ({sql})" for i, (sql, _) in enumerate(run))
-                sql, params = main if main is not None else ("SELECT 1", ())
+                sql, params = main or ("SELECT 1", ())
                 joined = tuple(p for _, each in run for p in each) + params
                 fused.append((f"WITH {parts} {sql}", joined))
-                main = None
-            if main is not None:
-                fused.append(main)
+            else:
+                fused.extend(run)
+                if main is not None:
+                    fused.append(main)
             run.clear()
             tables.clear()
 
         for statement in self.statements:
+            if statement[0] == last:
+                close(statement)
+                continue
             table = writes.get(statement[0])
-            if table is not None and table not in tables:
+            if table is None or table in tables:
+                close(None)
+            if table is None:
+                fused.append(statement)
+            else:
                 run.append(statement)
                 tables.add(table)
-            elif statement[0] == last:
-                close(statement)
-            else:
-                close(None)
-                if table is not None:
-                    run.append(statement)
-                    tables.add(table)
-                else:
-                    fused.append(statement)
         close(None)
         self.statements = fused
 
