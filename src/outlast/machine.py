@@ -63,6 +63,9 @@ class Change:
     events: tuple[NewEvent, ...] = ()
     #: True when the job became claimable (wakes idle pools).
     claimable: bool = False
+    #: True when the job's running worker must act on it (a cancel): it wakes the pools
+    #: through the store's interrupt channel, the one job channel they listen to.
+    interrupts: bool = False
 
 
 MAX_JSON_DEPTH = 500  # nesting a JSON value may have (the standard library's parser allows ~1000)
@@ -470,10 +473,11 @@ def cancel(state: JobState, now: datetime) -> Change | None:
             return None
         new = state.evolve(cancel_requested=True, updated_at=now)
         event = NewEvent(JOB_STEP, EventStatus.PROGRESS, {"cancel_requested": True})
-        return Change(new, (event,))
+        return Change(new, (event,), interrupts=True)
     error = ErrorInfo(ErrorCode.CANCELED, "the job was canceled")
     new = state.evolve(status=Status.CANCELED, error=error, updated_at=now, finished_at=now)
-    return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, {"error": error.to_dict()}),))
+    event = NewEvent(JOB_STEP, EventStatus.FAILED, {"error": error.to_dict()})
+    return Change(new, (event,), interrupts=state.status == Status.RUNNING)
 
 
 def cancel_now(

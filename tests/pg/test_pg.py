@@ -420,30 +420,6 @@ def test_a_listener_ignores_other_jobs_of_its_shard(pgstore: PostgresStore) -> N
         assert listener.wait(2.0)
 
 
-def test_a_listener_tells_its_stores_own_writes_from_others(
-    url: str, pgstore: PostgresStore
-) -> None:
-    """``by_others`` after a drain: False when every job notification came from this store
-    object's own connections (a pool's own claims and outcomes: no cancel check for them),
-    True when one came from anywhere else (here: another store object, other backends)."""
-    job = pgstore.create(name="j")
-    with pgstore.listen(None) as listener:
-        select.select([listener.fileno()], [], [], 0.05)
-        listener.drain()
-        job.report("s", "progress", message="mine")
-        assert select.select([listener.fileno()], [], [], 5.0)[0]
-        listener.drain()
-        assert listener.by_others is False
-        other = open_store(url)
-        try:
-            other.open(job.id).report("s", "progress", message="theirs")
-            assert select.select([listener.fileno()], [], [], 5.0)[0]
-            listener.drain()
-            assert listener.by_others is True
-        finally:
-            other.close()
-
-
 def test_a_listener_survives_a_terminated_connection(pgstore: PostgresStore) -> None:
     job = pgstore.create(name="j")
     with pgstore.listen([job.id]) as listener, support.connect() as admin:

@@ -177,3 +177,32 @@ def test_listen_is_woken_by_a_write_from_another_process(store: Store, store_url
         child.join()
     assert store.events(job.id)[-1].message == "hello"
     assert store.events(other.id) == []
+
+
+def test_a_pools_listener_hears_new_jobs_and_interrupts_only(store: Store) -> None:
+    """``listen([], queue=True, interrupts=True)``, a pool's: woken when a job becomes
+    claimable and when a running job is canceled or deleted (``interrupted``), never by a
+    running job's reports or outcome (a pool's own writes, other pools' jobs)."""
+    if not store.capabilities.pushes_notifications:
+        pytest.skip("this store does not push notifications")
+    for name in "abc":
+        store.create(name=name, queue="q")
+    claimed = {task.state().name: task for task in store.claim(limit=3, queues=["q"])}
+    assert sorted(claimed) == ["a", "b", "c"]
+    with store.listen([], queue=True, interrupts=True) as listener:
+        assert not listener.wait(0.1), "woken with nothing written"
+        claimed["a"].reporter().report("half", "progress")
+        claimed["a"].succeed(None)
+        claimed["b"].relabel("k", "v")
+        assert not listener.wait(0.3), "woken by running jobs' reports, labels and outcomes"
+        store.create(name="new", queue="q")
+        assert listener.wait(2.0), "not woken by a new job"
+        assert not listener.interrupted
+        store.open(claimed["a"].id).cancel()  # finished: nothing to interrupt
+        assert not listener.wait(0.3), "woken by the cancel of a finished job"
+        store.open(claimed["b"].id).cancel()
+        assert listener.wait(2.0), "not woken by the cancel of a running job"
+        assert listener.interrupted
+        store.delete(claimed["c"].id, force=True)
+        assert listener.wait(2.0), "not woken by the delete of a running job"
+        assert listener.interrupted

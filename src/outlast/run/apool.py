@@ -144,7 +144,7 @@ class AsyncPool:
             if self.burst:
                 await asyncio.to_thread(self.maintainer.ready.wait, 10.0)
         self._logs.install()
-        listener = AsyncListener(await self._store(self.store.listen, None, True))
+        listener = AsyncListener(await self._store(self.store.listen, [], True, True))
         watcher = asyncio.create_task(self._listen(listener), name="outlast-listen")
         procs.sd_notify("READY=1")  # under systemd (Type=notify): it works now
         outage = Outage()
@@ -234,8 +234,8 @@ class AsyncPool:
             self._wake.set()
 
     async def _listen(self, listener: AsyncListener) -> None:
-        """Wake the loop when the store says a job may be claimable (or a running one
-        changed: a cancel is looked for soon after)."""
+        """Wake the loop when the store says a job may be claimable (or a running one was
+        canceled or deleted: a cancel is looked for soon after)."""
         while True:
             await listener.wait(IDLE_RECHECK)
             self._claim_due = True

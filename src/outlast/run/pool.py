@@ -12,7 +12,9 @@ dies, every job it held is seen as abandoned at once, and its job processes die 
 
 - Idle: on a store that pushes notifications (all three do), it sleeps until a job becomes
   claimable (the queue's wake-up) or the earliest delayed job of its queues is due, and costs
-  no query while nothing changes (a re-check every ``IDLE_RECHECK`` seconds is the safety net
+  no query while nothing changes. Of the jobs' own changes it listens to interrupts only (a
+  running job canceled or deleted): the claims and outcomes it writes, and other pools' jobs,
+  never wake it (a re-check every ``IDLE_RECHECK`` seconds is the safety net
   for a lost wake-up). On a store without them it polls, with backoff doubling from
   ``WORKER_POLL_MIN`` to ``WORKER_POLL_MAX``.
 - Prefetch: while its jobs are short (a moving mean under ``PREFETCH_BELOW``), it claims in
@@ -63,9 +65,6 @@ from outlast.store import Journal, Listener, Store, Task, worker_name
 log = logging.getLogger("outlast.worker")
 IDLE_RECHECK = 60.0  # seconds an idle pool sleeps at most on a store with notifications
 CHECK_EVERY = 0.05  # at most this often, the running jobs are checked for a cancel
-#: Seconds idle after which a pool's listener stops waking it for job changes (it has no
-#: job to cancel): other pools' jobs then cost it nothing. Busy again, it listens again.
-NARROW_AFTER = 0.5
 CANCEL_GRACE_MAX = 10.0
 FLUSH_DELAY = 0.005  # seconds an outcome may wait to be written with others (when busy)
 FLUSH_BATCH = 16  # outcomes written at once without waiting out FLUSH_DELAY
@@ -116,8 +115,6 @@ class Pool:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._stop_at = float("inf")
         self._check_at: float | None = None
-        self._watching_jobs = True  # the listener wakes it for job changes (see NARROW_AFTER)
-        self._idle_since: float | None = None
         self._unwritten: list[tuple[Task, Outcome]] = []  # outcomes not written yet
         self._mean_run: float | None = None  # a moving mean of job run times, seconds
         self._flush_at: float | None = None
@@ -348,7 +345,9 @@ class Pool:
 
     def _check_running(self) -> None:
         """React to cancels (or lost jobs) of the jobs being run: the job's process is told
-        (SIGUSR1), and killed after the job's grace period (else the pool's, at most 10 s)."""
+        (SIGUSR1), and killed after the job's grace period (else the pool's, at most 10 s).
+        A job claimed ahead that was canceled or deleted before it started is not started."""
+        self._drop_stale_backlog()
         for slot in self.slots:
             if slot.task is None or slot.kill_at is not None:
                 continue
@@ -369,6 +368,31 @@ class Pool:
             if state is not None and state.grace is not None:
                 grace = state.grace
             slot.kill_at = time.monotonic() + grace
+
+    def _drop_stale_backlog(self) -> None:
+        """Drop the jobs claimed ahead that are no longer this pool's to start: canceled,
+        deleted, or no longer this attempt (a canceled pipeline with cleanup left stays
+        ``running``: it starts, and runs its cleanup)."""
+        keep: collections.deque[Task] = collections.deque()
+        dropped: list[Task] = []
+        for task in self.backlog:
+            try:
+                state = task.state()
+            except JobNotFound:
+                dropped.append(task)
+                continue
+            except OutlastError as exc:  # the store failed: looked at again at the next check
+                log.warning("cannot check job %s: %s", task.id, exc)
+                keep.append(task)
+                continue
+            if state.status == Status.RUNNING and state.attempts == task.attempt:
+                keep.append(task)
+            else:
+                dropped.append(task)
+        if dropped:
+            self.backlog = keep
+            self.store.release_worker_locks(dropped)
+            self.journal.written((task.id, task.attempt or 0) for task in dropped)
 
     def _check_locks(self) -> None:
         """Stop the jobs whose worker lock the store took away (a killed PostgreSQL lock
@@ -461,8 +485,6 @@ class Pool:
             deadlines.append(self._flush_at)
         if self._check_at is not None:
             deadlines.append(self._check_at)
-        if self._watching_jobs and self._idle_since is not None:
-            deadlines.append(self._idle_since + NARROW_AFTER)  # then job changes stop waking it
         deadlines.append(self._stop_at if self.stopping else now + idle_wait)
         return max(0.0, min(deadlines) - now)
 
@@ -482,7 +504,9 @@ class Pool:
                 if self.maintainer is not None:
                     self.maintainer.start()
                 try:
-                    listener = procs.patiently(lambda: self.store.listen(None, queue=True))
+                    listener = procs.patiently(
+                        lambda: self.store.listen([], queue=True, interrupts=True)
+                    )
                     with listener:
                         self.slots, booting = self._await_ready(booting), []
                         if self.maintainer is not None and self.burst:
@@ -523,7 +547,6 @@ class Pool:
             self._flush()
         claimed = self._fill()
         busy = any(s.task is not None for s in self.slots)
-        self._watch_jobs(listener, busy)
         if not busy and self._unwritten:
             self._flush()  # nothing else to wait for
         if not busy and (
@@ -535,22 +558,6 @@ class Pool:
         if self._wait(listener, busy, IDLE_RECHECK if pushes and not busy else backoff):
             self._progress = True
         return False
-
-    def _watch_jobs(self, listener: Listener, busy: bool) -> None:
-        """A busy pool is woken by job changes (a cancel of one of its jobs); one idle for
-        :data:`NARROW_AFTER` seconds only by jobs becoming claimable."""
-        now = time.monotonic()
-        if busy:
-            self._idle_since = None
-            if not self._watching_jobs:
-                listener.watch_jobs(True)
-                self._watching_jobs = True
-                self._check_at = now  # a cancel that came before it listened: look now
-        elif self._idle_since is None:
-            self._idle_since = now
-        elif self._watching_jobs and now - self._idle_since >= NARROW_AFTER:
-            listener.watch_jobs(False)
-            self._watching_jobs = False
 
     def _handle_outage(self, listener: Listener, seconds: float) -> None:
         """The store failed: keep the jobs running (their outcomes wait their turn), stop
@@ -583,8 +590,8 @@ class Pool:
         # no fd: the listener polls, or is reconnecting; either way it cannot tell, so look
         if listener.fileno() is None or listener.fileno() in ready:
             claimable = listener.drain()
-            # a running job changed (a cancel?): look soon; not for the pool's own writes
-            if busy and self._check_at is None and listener.by_others:
+            # a running job was canceled or deleted (one of ours?): look soon
+            if busy and self._check_at is None and listener.interrupted:
                 self._check_at = time.monotonic() + CHECK_EVERY
         self._handle_ready(ready)
         self._handle_deadlines()
@@ -592,10 +599,7 @@ class Pool:
         if self._due_at is not None and now >= self._due_at:
             self._due_at = None  # spent: the next empty claim sets the next one
             self._claim_due = True  # a delayed job's time
-        # woken (by the timeout) only to stop listening to jobs: not a reason to claim
-        since = self._idle_since
-        narrowing = self._watching_jobs and since is not None and now >= since + NARROW_AFTER
-        if claimable or (not ready and not narrowing):
+        if claimable or not ready:
             self._claim_due = True  # woken for a job, or the idle re-check
         if self._flush_at is not None and now >= self._flush_at:
             self._flush()

@@ -7,6 +7,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -78,23 +79,30 @@ class LocalParts:
         self.journals = make_private_dir(root / "journal")
         self._fates: dict[str, tuple[object, dict[Key, Fate]]] = {}
 
-    def pulse(self, job_id: str, claimable: bool) -> None:
-        self.pulse_many({job_id: claimable})
+    def pulse(self, job_id: str, claimable: bool, interrupt: bool = False) -> None:
+        self.pulse_many({job_id: claimable}, [job_id] if interrupt else ())
 
-    def pulse_many(self, wakes: dict[str, bool]) -> None:
-        """Wake the waiters of several jobs (each channel once), and idle pools if any of
-        them became claimable."""
+    def pulse_many(self, wakes: dict[str, bool], interrupts: Collection[str] = ()) -> None:
+        """Wake the waiters of several jobs (each channel once), idle pools if any of them
+        became claimable, and the workers of running jobs if any of them was interrupted
+        (``interrupts``: canceled or deleted)."""
         channels = {notify.job_channel(job_id) for job_id in wakes}
         if any(wakes.values()):
             channels.add(notify.QUEUE)
+        if interrupts:
+            channels.add(notify.INTERRUPT)
         self.pulses.pulse(sorted(channels))
 
-    def listen(self, job_ids: list[str] | None, queue: bool) -> notify.Listener:
+    def listen(
+        self, job_ids: list[str] | None, queue: bool, interrupts: bool = False
+    ) -> notify.Listener:
         if job_ids is None:
             return self.pulses.listen(None)
         channels = {notify.job_channel(j) for j in job_ids}
         if queue:
             channels.add(notify.QUEUE)
+        if interrupts:
+            channels.add(notify.INTERRUPT)
         return self.pulses.listen(sorted(channels))
 
     def log_path(self, job_id: str) -> Path:
@@ -235,8 +243,10 @@ class LocalStore(Store):
     def _worker_alive(self, worker: str | None) -> bool:
         return self.parts.worker_alive(worker)
 
-    def listen(self, job_ids: list[str] | None = None, queue: bool = False) -> notify.Listener:
-        return self.parts.listen(job_ids, queue)
+    def listen(
+        self, job_ids: list[str] | None = None, queue: bool = False, interrupts: bool = False
+    ) -> notify.Listener:
+        return self.parts.listen(job_ids, queue, interrupts)
 
     def log_path(self, job_id: str) -> Path:
         return self.parts.log_path(job_id)

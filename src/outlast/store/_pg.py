@@ -228,13 +228,7 @@ class Connections:
         self._mutex = threading.Lock()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._tls = threading.local()
-        self._made: weakref.WeakSet[Conn] = weakref.WeakSet()
         on_fork(self)
-
-    def own_backends(self) -> set[int]:
-        """The server pids of this process's open connections (a notification sent by one of
-        them is this process's own write)."""
-        return {c.info.backend_pid for c in list(self._made) if not c.closed}
 
     def connect(self, **extra: str) -> Conn:
         """A new connection of its own (``extra``: libpq parameters over the URL's)."""
@@ -243,7 +237,6 @@ class Connections:
                 pg_conninfo.make_conninfo(self.conninfo, **extra), autocommit=True
             )
         conn.add_notice_handler(functools.partial(_on_notice, weakref.ref(conn)))
-        self._made.add(conn)
         return conn
 
     def _take(self, idle: list[Conn], **extra: str) -> Conn:
@@ -322,7 +315,6 @@ class Connections:
         self._mutex = threading.Lock()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._tls = threading.local()
-        self._made = weakref.WeakSet()
         self._pid = os.getpid()
 
     def close(self) -> None:

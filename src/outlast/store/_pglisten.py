@@ -22,10 +22,11 @@ class PgListener:
     """Wakes a waiter on ``pg_notify`` of some channels. One thread at a time.
 
     ``wait`` returns True for a notification about one of ``jobs`` (any job when None) or on
-    ``queue_channel``; ``fileno`` is the connection's socket for ``select()``. After a lost
-    connection it reconnects and reports a wake-up (the caller re-checks what it waits for);
-    while the server cannot be reached (a restart) ``fileno`` is None, ``wait`` polls, and
-    each ``wait`` or ``drain`` tries again, with backoff and jitter, up to every few seconds.
+    one of ``always`` (the queue's channel, the interrupt channel); ``fileno`` is the
+    connection's socket for ``select()``. After a lost connection it reconnects and reports a
+    wake-up (the caller re-checks what it waits for); while the server cannot be reached (a
+    restart) ``fileno`` is None, ``wait`` polls, and each ``wait`` or ``drain`` tries again,
+    with backoff and jitter, up to every few seconds.
     """
 
     RETRY_MIN, RETRY_MAX = 0.1, 5.0
@@ -36,17 +37,16 @@ class PgListener:
         channels: list[str],
         jobs: set[str] | None,
         queue_channel: str,
+        interrupt_channel: str | None = None,
     ) -> None:
         self._conns, self._channels, self._jobs = conns, channels, jobs
-        self._every = tuple(channels)  # what it was made for (watch_jobs may narrow it)
-        self._queue_channel = queue_channel
+        self._queue_channel, self._interrupt_channel = queue_channel, interrupt_channel
         self._pid = os.getpid()
         self._conn: Conn | None = None  # before anything can fail: __del__ reads it
         self._closed = False
         self._retry_at, self._delay = 0.0, self.RETRY_MIN
-        #: See :class:`outlast.store.Listener`: from ``Notify.pid``, against the backends of
-        #: this store object's open connections.
-        self.by_others = True
+        #: See :class:`outlast.store.Listener`.
+        self.interrupted = False
         self._subscribe()
         on_fork(self)
 
@@ -86,27 +86,8 @@ class PgListener:
             log.warning("a listener reconnected")
         self._delay = self.RETRY_MIN
 
-    def watch_jobs(self, on: bool) -> None:
-        """See :meth:`outlast.store.Listener.watch_jobs`: ``LISTEN`` or ``UNLISTEN`` the job
-        channels (one round trip; a reconnect subscribes what is wanted then)."""
-        if self._jobs is not None or self._queue_channel not in self._every:
-            return  # not a listener of every job and the queue
-        wanted = list(self._every) if on else [self._queue_channel]
-        if wanted == self._channels:
-            return
-        self._channels = wanted
-        conn = self._live()
-        if conn is None:
-            return
-        verb = "LISTEN" if on else "UNLISTEN"
-        jobs = [c for c in self._every if c != self._queue_channel]
-        try:
-            conn.execute("; ".join(f'{verb} "{c}"' for c in jobs))
-        except psycopg.Error as exc:
-            self._reconnect(exc)
-
     def _relevant(self, note: psycopg.Notify) -> bool:
-        if self._jobs is None or note.channel == self._queue_channel:
+        if self._jobs is None or note.channel in (self._queue_channel, self._interrupt_channel):
             return True
         return note.payload in self._jobs
 
@@ -127,7 +108,9 @@ class PgListener:
 
     def wait(self, timeout: float | None) -> bool:
         """Block until a relevant notification or ``timeout`` seconds; True when woken (or
-        while the server cannot be reached, after a short poll: the caller re-checks)."""
+        while the server cannot be reached, after a short poll: the caller re-checks).
+        ``interrupted`` then says, as after :meth:`drain`, whether it was an interrupt."""
+        self.interrupted = True
         conn = self._live()
         if conn is None:
             time.sleep(DISCONNECTED_POLL if timeout is None else min(timeout, DISCONNECTED_POLL))
@@ -135,34 +118,32 @@ class PgListener:
         try:
             for note in conn.notifies(timeout=timeout):
                 if self._relevant(note):
+                    self.interrupted = note.channel == self._interrupt_channel
                     return True
         except psycopg.Error as exc:
             self._reconnect(exc)
             return True
+        self.interrupted = False
         return False
 
     def drain(self) -> bool:
         """Consume the notifications that have arrived, without blocking; True when one said
-        a job became claimable (or the connection was lost: the caller re-checks)."""
-        self.by_others = True
+        a job became claimable (or the connection was lost: the caller re-checks).
+        ``interrupted`` says whether one came on the interrupt channel (or, the connection
+        lost, that it cannot tell)."""
+        self.interrupted = True
         conn = self._live()
         if conn is None:
             return True  # cannot tell: the caller looks
-        claimable = False
-        own: set[int] | None = None
-        others = False
+        claimable = interrupted = False
         try:
             for note in conn.notifies(timeout=0):
-                if note.channel == self._queue_channel:
-                    claimable = True
-                elif not others:
-                    if own is None:
-                        own = self._conns.own_backends()
-                    others = note.pid not in own
+                claimable = claimable or note.channel == self._queue_channel
+                interrupted = interrupted or note.channel == self._interrupt_channel
         except psycopg.Error as exc:
             self._reconnect(exc)
             return True
-        self.by_others = others
+        self.interrupted = interrupted
         return claimable
 
     def drain_any(self) -> bool:

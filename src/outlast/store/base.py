@@ -103,23 +103,16 @@ class Capabilities:
 class Listener(Protocol):
     """Wakes a waiter when the store changes. Arm it, check your condition, then ``wait``."""
 
-    #: After ``drain``: False when every job notification it consumed was this store
-    #: object's own write (a pool need not look for a cancel); True when one came from
-    #: elsewhere, or the listener cannot tell.
-    by_others: bool
+    #: After ``drain``: True when what it consumed included an interrupt (a running job was
+    #: canceled or deleted: ``listen(…, interrupts=True)``), or when it cannot tell (it
+    #: polls, or reconnected); a pool then looks at the jobs it runs.
+    interrupted: bool
 
     def wait(self, timeout: float | None) -> bool: ...
     def fileno(self) -> int | None: ...
     def drain(self) -> bool:
         """Consume what arrived without blocking; True when it said a job became claimable
         (or the listener cannot tell)."""
-        ...
-
-    def watch_jobs(self, on: bool) -> None:
-        """For a listener of every job and the queue (``listen(None, queue=True)``): whether
-        job changes wake it too (on, as made), or only a job becoming claimable. An idle
-        pool turns them off, so that other pools' jobs do not wake it; changes it missed
-        meanwhile are not replayed (look at what matters after turning them on)."""
         ...
 
     def close(self) -> None: ...
@@ -882,9 +875,17 @@ class Store(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def listen(self, job_ids: builtins.list[str] | None = None, queue: bool = False) -> Listener:
-        """A listener woken by changes of ``job_ids`` (all jobs when None) and, if ``queue``,
-        when a job becomes claimable."""
+    def listen(
+        self,
+        job_ids: builtins.list[str] | None = None,
+        queue: bool = False,
+        interrupts: bool = False,
+    ) -> Listener:
+        """A listener woken by changes of ``job_ids`` (all jobs when None), if ``queue`` when
+        a job becomes claimable, and if ``interrupts`` when a running job is canceled or
+        deleted (what its worker must act on). A pool listens with ``[]``, ``queue`` and
+        ``interrupts``: neither its own claims and outcomes nor other jobs' changes wake
+        it."""
 
     # ------------------------------------------------------------- the adapter interface
     @abc.abstractmethod

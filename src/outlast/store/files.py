@@ -468,7 +468,7 @@ class FilesStore(_local.LocalStore):
             if change is None:
                 return Applied(state, [])
             stored = self._commit(job_id, change)
-        self.parts.pulse(job_id, machine.wakes_pools(state, change))
+        self.parts.pulse(job_id, machine.wakes_pools(state, change), change.interrupts)
         return Applied(change.state, stored)
 
     def _remove(self, job_id: str, force: bool) -> None:
@@ -488,8 +488,9 @@ class FilesStore(_local.LocalStore):
             self.parts.forget(job_id)
             self._marks.pop(job_id, None)
             self._scanned.pop(job_id, None)
-        # the lock file went with the document, when _locked let go
-        self.parts.pulse(job_id, False)
+        # the lock file went with the document, when _locked let go; a forced delete may
+        # have taken a running job (a corrupt one's status cannot be read): its pool looks
+        self.parts.pulse(job_id, False, interrupt=force)
 
     # ------------------------------------------------------------------ scans
     def _scan(self, claiming: bool = False) -> list[_Entry]:

@@ -5,8 +5,11 @@ pulse files it cares about with inotify and wakes on ``IN_MODIFY``. Because the 
 after the commit and the waiter arms its watch before it checks the condition, a wake-up is never
 lost: an event that lands between the check and the wait is already queued on the inotify fd.
 
-Channels: ``queue`` (a job became claimable) and ``j0``..``j15`` (a job changed: its state or its
-events; the shard is a hash of the id, so a waiter on one job is rarely woken by others).
+Channels: ``queue`` (a job became claimable), ``j0``..``j15`` (a job changed: its state or its
+events; the shard is a hash of the id, so a waiter on one job is rarely woken by others) and
+``interrupt`` (a running job was canceled or deleted: its worker must act). Pools listen to
+``queue`` and ``interrupt`` only, so the claims and outcomes they write themselves, and other
+pools' jobs, never wake them.
 
 One inotify instance per process and store folder serves all its listeners (see
 :class:`_Watcher`). Where inotify is unavailable (not Linux, or its per-user limits are
@@ -47,6 +50,7 @@ def inotify() -> Any:
 
 
 QUEUE = "queue"
+INTERRUPT = "interrupt"
 SHARDS = 16
 FALLBACK_POLL = 0.02
 
@@ -55,7 +59,10 @@ def job_channel(job_id: str) -> str:
     return f"j{zlib.crc32(job_id.encode()) % SHARDS}"
 
 
+#: What a listener of every job hears: the queue and every job shard.
 ALL_CHANNELS = (QUEUE, *(f"j{i}" for i in range(SHARDS)))
+#: Every pulse file of a store.
+CHANNELS = (*ALL_CHANNELS, INTERRUPT)
 
 
 class Pulses:
@@ -90,7 +97,7 @@ class Pulses:
     def listen(self, channels: Iterable[str] | None = None) -> Listener:
         """A listener on ``channels`` (all of them when None); arm it before checking."""
         chosen = tuple(channels) if channels is not None else ALL_CHANNELS
-        for channel in ALL_CHANNELS:
+        for channel in CHANNELS:
             self._fd(channel)  # every file must exist to be watched (by one watcher, for all)
         return Listener(self.directory, chosen)
 
@@ -106,7 +113,7 @@ class _Watcher:
     listeners: a thread reads it and wakes the listeners of the channels that changed, each
     through an eventfd of its own. So a process never needs more than one inotify instance
     per store (the per-user limit is small: 128 by default) and a store never more than its
-    17 watches, however many waiters it has (a server streaming to a thousand clients).
+    18 watches, however many waiters it has (a server streaming to a thousand clients).
 
     A channel is watched while some listener wants it: a process that waits on the queue
     alone (an idle pool) is not woken by every job's change."""
@@ -117,7 +124,7 @@ class _Watcher:
         self.channels: dict[int, str] = {}  # watch descriptor -> channel
         self.wds: dict[str, int] = {}
         self.lock = threading.Lock()
-        self.listeners: dict[str, set[Listener]] = {channel: set() for channel in ALL_CHANNELS}
+        self.listeners: dict[str, set[Listener]] = {channel: set() for channel in CHANNELS}
         threading.Thread(target=self._run, name="outlast-pulses", daemon=True).start()
 
     def _run(self) -> None:
@@ -130,7 +137,7 @@ class _Watcher:
                 fired = {self.channels.get(e.wd) for e in events}
                 for channel in fired:
                     for listener in self.listeners.get(channel or "", ()):
-                        listener._wake(channel == QUEUE)
+                        listener._wake(channel)
 
     def add(self, listener: Listener, channels: Iterable[str]) -> None:
         """``listener`` wants ``channels`` too: watched before this returns (armed)."""
@@ -190,37 +197,22 @@ class Listener:
     Its ``fileno()`` is an eventfd the process's watcher writes to (select on it, or use
     :meth:`wait`); where there is no watcher it is None and :meth:`wait` polls."""
 
-    #: A pulse does not say who wrote it (see :class:`outlast.store.Listener`).
-    by_others = True
-
     def __init__(self, directory: Path, channels: tuple[str, ...]) -> None:
         self.channels = channels
-        self._every = channels == ALL_CHANNELS  # watch_jobs may turn the jobs' off
         self._fd: int | None = None
-        self._queue = False
+        self._queue = self._interrupt = False
+        #: See :class:`outlast.store.Listener`.
+        self.interrupted = False
         self._watcher = _watcher(directory)
         if self._watcher is not None:
             self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._watcher.add(self, channels)
 
-    def watch_jobs(self, on: bool) -> None:
-        """See :meth:`outlast.store.Listener.watch_jobs` (for a listener of every channel)."""
-        jobs = [c for c in ALL_CHANNELS if c != QUEUE]
-        wanted = ALL_CHANNELS if on else (QUEUE,)
-        if not self._every or self._watcher is None or self._fd is None:
-            return
-        if wanted == self.channels:
-            return
-        if on:
-            self._watcher.add(self, jobs)
-        else:
-            self._watcher.drop(self, jobs)
-        self.channels = wanted
-
-    def _wake(self, queue: bool) -> None:
+    def _wake(self, channel: str | None) -> None:
         """From the watcher's thread, under its lock."""
         if self._fd is not None:
-            self._queue = self._queue or queue
+            self._queue = self._queue or channel == QUEUE
+            self._interrupt = self._interrupt or channel == INTERRUPT
             with contextlib.suppress(OSError):
                 os.eventfd_write(self._fd, 1)
 
@@ -235,12 +227,17 @@ class Listener:
 
     def drain(self) -> bool:
         """Consume the pulses that arrived, without blocking; True when one of them said a
-        job became claimable (the ``queue`` channel), or when it cannot tell (polling)."""
-        if self._fd is None:
+        job became claimable (the ``queue`` channel), or when it cannot tell (polling).
+        ``interrupted`` says whether one came on the ``interrupt`` channel (or, polling,
+        that it cannot tell)."""
+        if self._fd is None or self._watcher is None:
+            self.interrupted = True
             return True
         with contextlib.suppress(BlockingIOError, OSError):
             os.eventfd_read(self._fd)
-        queue, self._queue = self._queue, False
+        with self._watcher.lock:  # the flags and the eventfd are set together under it
+            queue, self._queue = self._queue, False
+            self.interrupted, self._interrupt = self._interrupt, False
         return queue
 
     def wait(self, timeout: float | None) -> bool:

@@ -12,10 +12,12 @@ in SQL read a document with ``convert_from(doc, 'UTF8')::jsonb``):
 **Writes.** A transition is one transaction: ``SELECT … FOR UPDATE`` of the job's row, the new
 document, its events (``seq`` continuing from ``jobs.seq``) and ``pg_notify`` (delivered on
 commit), in two round trips (pipeline mode). Claims take due pending jobs oldest first with
-``FOR UPDATE SKIP LOCKED``. Channels: ``<schema>_j0``…``_j15`` (a hash shard of the job id) and
-``<schema>_queue`` (a job became claimable); the payload is the job id, so a listener wakes only
-for its own jobs. Versioned migrations run on open, each in one transaction under
-``pg_advisory_xact_lock``, so any number of processes may open a fresh database at once.
+``FOR UPDATE SKIP LOCKED``. Channels: ``<schema>_j0``…``_j15`` (a hash shard of the job id),
+``<schema>_queue`` (a job became claimable) and ``<schema>_interrupt`` (a running job was
+canceled or deleted: the one job change pools listen to); the payload is the job id, so a
+listener wakes only for its own jobs. Versioned migrations run on open, each in one
+transaction under ``pg_advisory_xact_lock``, so any number of processes may open a fresh
+database at once.
 
 **Worker locks** are session advisory locks on a dedicated connection (see
 :mod:`outlast.store._pglocks`).
@@ -305,6 +307,7 @@ class _Tx:
         self.bulk = bulk  # bulk_statements()
         self.script = _Script().add("BEGIN")
         self.wakes: dict[str, bool] = {}
+        self.interrupts: list[str] = []
         self.relaxed = False
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
@@ -333,8 +336,10 @@ class _Tx:
             for row in rows:
                 copy.write_row(row)
 
-    def wake(self, job_id: str, claimable: bool) -> None:
+    def wake(self, job_id: str, claimable: bool, interrupt: bool = False) -> None:
         self.wakes[job_id] = self.wakes.get(job_id, False) or claimable
+        if interrupt:
+            self.interrupts.append(job_id)
 
     def relax(self) -> None:
         self.relaxed = True
@@ -352,6 +357,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         self._fusable = fusable_writes(self.schema, self.dialect, self._bulk)
         self._states = StateCache()
         self._queue_channel = f"{self.schema}_queue"
+        self._interrupt_channel = f"{self.schema}_interrupt"
         self._db = _pg.Connections(conninfo, self._where)
         self._registry_locks: dict[str, PgMaintenance] = {}
         self._session = self._db.session
@@ -414,6 +420,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                 pairs.append((self._channel(job_id), job_id))
                 if claimable:
                     pairs.append((self._queue_channel, job_id))
+            pairs += [(self._interrupt_channel, job_id) for job_id in tx.interrupts]
             if pairs:
                 tx.script.add(_NOTIFY, rows_json(pairs))
             if tx.relaxed:
@@ -553,15 +560,21 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         return abandoned
 
     # ------------------------------------------------------------------ notification, logs
-    def listen(self, job_ids: list[str] | None = None, queue: bool = False) -> PgListener:
+    def listen(
+        self, job_ids: list[str] | None = None, queue: bool = False, interrupts: bool = False
+    ) -> PgListener:
         if job_ids is None:
             channels = {f"{self.schema}_j{i}" for i in range(SHARDS)} | {self._queue_channel}
         else:
             channels = {self._channel(j) for j in job_ids}
             if queue:
                 channels.add(self._queue_channel)
+        if interrupts:
+            channels.add(self._interrupt_channel)
         jobs = None if job_ids is None else set(job_ids)
-        return PgListener(self._db, sorted(channels), jobs, self._queue_channel)
+        return PgListener(
+            self._db, sorted(channels), jobs, self._queue_channel, self._interrupt_channel
+        )
 
     def _insert(self, state: JobState) -> JobState | None:
         """One job without a unique key (a ``submit``) as one statement, its own transaction:

@@ -399,8 +399,9 @@ if TYPE_CHECKING:  # an interface for annotations only (a Protocol costs import 
             """Insert ``rows`` into ``table`` (its name in SQL) as fast as the engine can
             (SQLite: one prepared statement over them; PostgreSQL: ``COPY``)."""
 
-        def wake(self, job_id: str, claimable: bool) -> None:
-            """Wake the job's waiters (and, if ``claimable``, idle pools) once committed."""
+        def wake(self, job_id: str, claimable: bool, interrupt: bool = False) -> None:
+            """Wake the job's waiters (if ``claimable``, idle pools too; if ``interrupt``, the
+            pools: a running job was canceled or deleted) once committed."""
 
         def relax(self) -> None:
             """This transaction changes no status: its commit need not wait to be durable."""
@@ -749,7 +750,7 @@ class SqlStore(Store):
             if change is None:
                 return Applied(state, [])
             [stored] = self._write(tx, [(state, change.state, rows[0][1], change.events)])
-            tx.wake(job_id, machine.wakes_pools(state, change))
+            tx.wake(job_id, machine.wakes_pools(state, change), change.interrupts)
         return Applied(change.state, stored)
 
     def _apply_many(
@@ -785,7 +786,7 @@ class SqlStore(Store):
                 results.append((change.state, len(writes)))
                 writes.append((state, change.state, seq, change.events))
                 current[job_id] = (change.state, seq + len(change.events))
-                tx.wake(job_id, machine.wakes_pools(state, change))
+                tx.wake(job_id, machine.wakes_pools(state, change), change.interrupts)
             stored = self._write(tx, writes) if writes else []
         return [Applied(state, [] if i is None else stored[i]) for state, i in results]
 
@@ -927,7 +928,7 @@ class SqlStore(Store):
             for table, column in (("{jobs}", "id"), ("{events}", "job_id"), ("{labels}", "job_id")):
                 tx.write(d.sql(f"DELETE FROM {table} WHERE {column} = ?"), (job_id,))
             self._count(tx, Counter({(queue, status, kind): -1}))
-            tx.wake(job_id, False)
+            tx.wake(job_id, False, interrupt=status == "running")
         self._forget(job_id)
 
     # ------------------------------------------------------------------ schedules

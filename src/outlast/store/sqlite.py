@@ -155,6 +155,7 @@ class _Tx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.wakes: dict[str, bool] = {}
+        self.interrupts: list[str] = []
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self.conn.execute(sql, params).fetchall()
@@ -172,8 +173,10 @@ class _Tx:
         sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
         self.conn.executemany(sql, rows)
 
-    def wake(self, job_id: str, claimable: bool) -> None:
+    def wake(self, job_id: str, claimable: bool, interrupt: bool = False) -> None:
         self.wakes[job_id] = self.wakes.get(job_id, False) or claimable
+        if interrupt:
+            self.interrupts.append(job_id)
 
     def relax(self) -> None:
         pass  # synchronous=NORMAL already: a WAL commit is durable against process crashes
@@ -376,7 +379,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
             conn.execute("COMMIT")
         self._checkpoints.committed()
         if tx.wakes:
-            self.parts.pulse_many(tx.wakes)
+            self.parts.pulse_many(tx.wakes, tx.interrupts)
 
     def _query(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with _translated(what, self.path):
