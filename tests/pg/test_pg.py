@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,6 +170,113 @@ def test_a_claim_and_an_outcome_commit_their_writes_as_one_statement(
     assert counts == {("default", "succeeded", "command"): 1}, counts
 
 
+def test_a_pools_outcomes_are_one_guarded_statement_and_a_changed_row_is_read_again(
+    url: str, pgstore: PostgresStore
+) -> None:
+    """A batch of outcomes of jobs this store object claimed is one statement, no read
+    first (``_pgguard``): each row written only if it holds what was claimed. A row another
+    store object changed since (the job's own report, a label, a delete) is refused by the
+    guard and goes the ordinary way (read, rule, write), so nothing written meanwhile is
+    lost; the events, the notifications and the trigger-kept counts are those of the
+    ordinary way."""
+    ids = [pgstore.create(kind="function", name=f"g{i}", queue="g").id for i in range(5)]
+    claimed = {t.id: t for t in pgstore.claim(None, 5, ["g"], None)}
+    assert set(claimed) == set(ids)
+    other = open_store(url)
+    try:
+        other.open(ids[1]).reporter().report("half", "progress", message="mine")
+        other.open(ids[2]).relabel("kept", "yes")
+        other.delete(ids[3], force=True)
+        runs: list[list[tuple[str, tuple[object, ...]]]] = []
+        real = pg._Script.run
+
+        def run(self: pg._Script, conn: object) -> object:
+            runs.append(list(self.statements))
+            return real(self, conn)  # type: ignore[arg-type]
+
+        items = [
+            (job_id, transition(Outcome("succeed", value=n), claimed[job_id].attempt))
+            for n, job_id in enumerate(ids)
+        ]
+        pg._Script.run = run  # type: ignore[method-assign]
+        try:
+            with other.listen([ids[0], ids[4]]) as listener:
+                out = pgstore.apply_many(items)
+                assert listener.wait(10), "no notification of the guarded write"
+        finally:
+            pg._Script.run = real  # type: ignore[method-assign]
+        # only the rows that changed went the ordinary way: one read of them, one commit
+        assert len(runs) == 2, runs
+        read, params = runs[0][-1]
+        assert read.startswith("SELECT id, doc, seq"), runs
+        assert sorted(str(p) for p in params[0]) == sorted(ids[1:4]), params  # type: ignore[union-attr]
+        assert [a.state.id for a in out] == [ids[0], ids[1], ids[2], ids[4]]  # in order
+        for n, job_id in enumerate(ids):
+            if n == 3:
+                continue
+            state = other.get(job_id)
+            assert state.status == Status.SUCCEEDED and state.result == n
+            statuses = [str(e.status) for e in other.events(job_id)]
+            assert statuses == (
+                ["started", "progress", "completed"] if n == 1 else ["started", "completed"]
+            ), (n, statuses)
+            assert [e.seq for e in out[n if n < 3 else 3].events] == [len(statuses)]
+        assert other.get(ids[2]).labels == {"kept": "yes"}
+        counts = {k: n for k, n in other.stats().jobs.items() if n}
+        assert counts == {("g", "succeeded", "function"): 4}, counts
+        # a second outcome of a finished job writes nothing, whichever way it goes
+        again = pgstore.apply_many([(ids[0], items[0][1])])
+        assert again[0].events == [] and other.get(ids[0]).result == 0
+    finally:
+        other.close()
+
+
+def test_an_outcome_record_sent_ahead_is_in_once_settled_and_a_lost_one_is_logged(
+    pgstore: PostgresStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job process sends its outcome's record (``send_returned``) and hands the outcome
+    to its pool while it is on its way; once ``settle`` returns, the record is in and the
+    job's shared lock is gone with it. A record whose connection dies on the way is logged,
+    and the next record goes on a new connection."""
+    job = pgstore.create(name="j")
+    journal = pgstore.journal("host:1", "tok+1")
+    key = (job.id, 1)
+    pair = _pglocks.lock_pair(_pglocks.lock_key(pgstore.schema, job.id))
+
+    def line() -> str | None:
+        rows = pgstore._query(
+            "line", f'SELECT line FROM "{pgstore.schema}".journal WHERE id = %s', (job.id,)
+        )
+        return str(rows[0][0]) if rows else None
+
+    def shared_held() -> bool:
+        sql = (
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2"
+            " AND classid = %s::bigint::oid AND objid = %s::bigint::oid"
+        )
+        return bool(
+            pgstore._query("locks", sql, (pair[0] & 0xFFFFFFFF, pair[1] & 0xFFFFFFFF))[0][0]
+        )
+
+    assert journal.started(key) and shared_held()
+    assert (line() or "").startswith("s ")
+    journal.send_returned(key, Outcome("succeed", value=1))
+    journal.settle()
+    assert (line() or "").startswith("o ") and not shared_held()
+    # the connection lost while a record is on its way
+    assert journal.started((job.id, 2))
+    backend = journal._conn.info.backend_pid  # type: ignore[attr-defined]
+    journal.send_returned((job.id, 2), Outcome("succeed", value=2))
+    with support.connect() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    caplog.set_level(logging.WARNING)
+    journal.settle()  # answered, or lost (and logged): never raises
+    assert journal._pending is None  # type: ignore[attr-defined]
+    assert journal.started((job.id, 3))  # a new connection
+    assert (line() or "").startswith("s ")
+    journal._conn.close()  # type: ignore[attr-defined]  # (a job process's ends with it)
+
+
 def test_fusing_keeps_the_order_and_never_joins_two_writes_of_one_table() -> None:
     """``_Script.fuse``: a run of writes to different tables (and the notification after
     it) becomes one statement, parameters in order; a second write of a table already in
@@ -194,10 +302,11 @@ def test_fusing_keeps_the_order_and_never_joins_two_writes_of_one_table() -> Non
 def test_a_batch_of_transitions_is_one_statement_with_every_column_written(
     pgstore: PostgresStore, url: str
 ) -> None:
-    """A claim of many jobs and their outcomes written together: the per-job UPDATE and
-    event INSERT go as one statement each (the rows as one JSON parameter), NULLs and all,
-    and leave each row exactly as a transition of one job does: every column, the time to
-    the microsecond, and the document's exact bytes (a result of any character)."""
+    """A claim of many jobs and their outcomes written together: the claim's per-job UPDATE
+    and event INSERT go as one statement each (the rows as one JSON parameter), the
+    outcomes as one guarded statement (``_pgguard``), NULLs and all, and leave each row
+    exactly as a transition of one job does: every column, the time to the microsecond,
+    and the document's exact bytes (a result of any character)."""
     import psycopg
 
     alone = pgstore.create(name="alone", queue="default")
@@ -205,13 +314,19 @@ def test_a_batch_of_transitions_is_one_statement_with_every_column_written(
     [one] = pgstore.claim(None, 1)
     assert one.id == alone.id
     sent: list[str] = []
-    real = pg._Script.add
+    guarded: list[set[str]] = []
+    real, real_results = pg._Script.add, pg.guard.results
 
     def add(self: object, statement: str, *params: object) -> object:
         sent.append(statement)
         return real(self, statement, *params)  # type: ignore[arg-type]
 
+    def results(taken: Any, written: set[str], cache: Any) -> Any:
+        guarded.append(written)
+        return real_results(taken, written, cache)
+
     pg._Script.add = add  # type: ignore[method-assign]
+    pg.guard.results = results  # type: ignore[assignment]
     try:
         tasks = pgstore.claim(None, 10)
         assert sorted(t.id for t in tasks) == sorted(ids)  # ids of one millisecond: any order
@@ -220,12 +335,14 @@ def test_a_batch_of_transitions_is_one_statement_with_every_column_written(
         pgstore.apply_many([(t.id, fn) for t, fn in zip(tasks, done, strict=True) if fn])
     finally:
         pg._Script.add = real  # type: ignore[method-assign]
-    one.succeed({"x": 1})
+        pg.guard.results = real_results
+    one.succeed({"x": 1})  # the ordinary way: the reference row
     updates = [s for s in sent if s.startswith(f'UPDATE "{pgstore.schema}".jobs')]
     inserts = [s for s in sent if s.startswith(f'INSERT INTO "{pgstore.schema}".events')]
     batch = "jsonb_array_elements"
-    assert len(updates) == 2 and all(batch in s for s in updates)  # claim, outcomes
-    assert len(inserts) == 2 and all(batch in s for s in inserts)
+    assert len(updates) == 1 and all(batch in s for s in updates)  # the claim
+    assert len(inserts) == 1 and all(batch in s for s in inserts)
+    assert guarded == [set(ids)]  # the outcomes: one guarded statement wrote all five
     columns = "status, worker, run_after, finished_at, expires_at, started_at IS NULL, seq"
     with psycopg.connect(url.split("?")[0]) as conn:
         rows = {

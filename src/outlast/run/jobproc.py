@@ -13,7 +13,9 @@ claimed, so a job starts without reading the store.
 Around the call the process journals the attempt's start and its outcome (``JOURNAL`` names the
 pool and its token; see :mod:`outlast.store.journal`), so a pool killed at any moment neither
 counts an attempt that never started nor runs again a function that returned; ``acked`` lists
-the attempts whose outcomes the pool wrote since (their records may go).
+the attempts whose outcomes the pool wrote since (their records may go). The outcome's record
+may still be on its way to a database when the pool is handed the outcome: the process waits
+for it before it takes the next job or dies with its pool.
 
 It dies with its pool (parent-death signal) and ignores SIGINT/SIGTERM, which are the pool's to
 handle; SIGUSR1 tells the running job that it was canceled.
@@ -91,14 +93,19 @@ def main(argv: list[str]) -> int:
         on_start = partial(_start, journal, (job_id, attempt), pool_pid)
         with capture.job(partial(store.log_writer, job_id)):
             outcome = run_attempt(store, job_id, attempt, state, on_start, shield)
-        journal.returned((job_id, attempt), outcome)  # durable before the pool has it
-        procs.set_parent_death_signal()
+        # The outcome's record is sent, and the outcome handed to the pool while it is on
+        # its way; this process lives on (shielded from its pool's death) until the record
+        # is in, so the job looks alive until then and whoever reconciles it reads it.
+        journal.send_returned((job_id, attempt), outcome)
         try:
             if os.getppid() != pool_pid:
                 raise BrokenPipeError
             conn.send(outcome)
         except OSError:
+            journal.settle()
             return 1  # the pool died meanwhile: its jobs are for whoever reconciles them
+        journal.settle()
+        procs.set_parent_death_signal()
 
 
 def preload() -> None:

@@ -82,12 +82,19 @@ class LocalParts:
     def pulse(self, job_id: str, claimable: bool, interrupt: bool = False) -> None:
         self.pulse_many({job_id: claimable}, [job_id] if interrupt else ())
 
-    def pulse_many(self, wakes: dict[str, bool], interrupts: Collection[str] = ()) -> None:
+    def pulse_pools(self) -> None:
+        """A new job: wake idle pools (and the listeners of every job)."""
+        self.pulse_many({}, pools=True)
+
+    def pulse_many(
+        self, wakes: dict[str, bool], interrupts: Collection[str] = (), pools: bool = False
+    ) -> None:
         """Wake the waiters of several jobs (each channel once), idle pools if any of them
-        became claimable, and the workers of running jobs if any of them was interrupted
-        (``interrupts``: canceled or deleted)."""
+        became claimable (or ``pools``: a new job, whose channel nobody waits on yet), and
+        the workers of running jobs if any of them was interrupted (``interrupts``: canceled
+        or deleted)."""
         channels = {notify.job_channel(job_id) for job_id in wakes}
-        if any(wakes.values()):
+        if pools or any(wakes.values()):
             channels.add(notify.QUEUE)
         if interrupts:
             channels.add(notify.INTERRUPT)

@@ -298,7 +298,7 @@ class FilesStore(_local.LocalStore):
         else:
             with self._translated(f"create {state.id}"):
                 self._write_new(state)
-        self.parts.pulse(state.id, True)
+        self.parts.pulse_pools()
         return None
 
     def _write_new(self, state: JobState) -> None:

@@ -77,6 +77,15 @@ class Journal:
     def returned(self, key: Key, outcome: Outcome) -> None:
         """The attempt ended with ``outcome``, which its pool is about to write."""
 
+    def send_returned(self, key: Key, outcome: Outcome) -> None:
+        """:meth:`returned`, perhaps still on its way when this returns: the record is in
+        once :meth:`settle` returns (a journal on a server sends it and lets the caller hand
+        the outcome to its pool meanwhile). A record that cannot be written is logged."""
+        self.returned(key, outcome)
+
+    def settle(self) -> None:
+        """Wait until what :meth:`send_returned` sent is written (or has failed)."""
+
     def written(self, keys: Iterable[Key]) -> None:
         """These attempts' outcomes are in the store: their records may be forgotten."""
 

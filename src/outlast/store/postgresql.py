@@ -51,7 +51,8 @@ import contextlib
 import os
 import re
 import zlib
-from collections.abc import Iterator, Sequence
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -59,16 +60,17 @@ from typing import Any
 import orjson
 import psycopg
 
-from outlast import codec, paths
+from outlast import codec, machine, paths
 from outlast.errors import InvalidInput, OutlastError, StoreError
 from outlast.ids import check_id
 from outlast.machine import Outcome
 from outlast.model import TERMINAL, JobState, Kind
 from outlast.store import _counts, _pg, _pglog
+from outlast.store import _pgguard as guard
 from outlast.store._pg import Conn
 from outlast.store._pglisten import PgListener
 from outlast.store._pglocks import HELD_SQL, AdvisoryLocks, PgMaintenance, lock_key, lock_pair
-from outlast.store.base import Capabilities, ChangeWatch, MaintenanceLock
+from outlast.store.base import Applied, Capabilities, ChangeWatch, MaintenanceLock, Transition
 from outlast.store.common import decode_listing, log, make_private_dir
 from outlast.store.joblog import TAIL_BYTES, LogCursor, LogSink, check_range
 from outlast.store.journal import Fate, Journal, Key, line_fate, record_line
@@ -308,6 +310,7 @@ class _Tx:
         self.script = _Script().add("BEGIN")
         self.wakes: dict[str, bool] = {}
         self.interrupts: list[str] = []
+        self.new_job: str | None = None  # a new job's id: the pools' channel is woken
         self.relaxed = False
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
@@ -341,6 +344,9 @@ class _Tx:
         if interrupt:
             self.interrupts.append(job_id)
 
+    def wake_pools(self, job_id: str) -> None:
+        self.new_job = self.new_job or job_id
+
     def relax(self) -> None:
         self.relaxed = True
 
@@ -354,6 +360,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         self.schema, conninfo, self._where = _pg.parse_url(url)
         self.dialect = dialect(self.schema)
         self._bulk = bulk_statements(self.dialect)
+        self._guarded_sql = guard.guarded_sql(self.dialect)
         self._fusable = fusable_writes(self.schema, self.dialect, self._bulk)
         self._states = StateCache()
         self._queue_channel = f"{self.schema}_queue"
@@ -398,8 +405,9 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         return f"{self.schema}_j{zlib.crc32(job_id.encode()) % SHARDS}"
 
     def _new_job_channels(self, job_id: str) -> list[str]:
-        """Where a new job is announced: its own channel and the queue's (pools wake)."""
-        return [self._channel(job_id), self._queue_channel]
+        """Where a new job is announced: the queue's channel (pools wake, and the listeners
+        of every job). Nobody can wait on the job's own channel before it exists."""
+        return [self._queue_channel]
 
     @contextlib.contextmanager
     def _idle_session(self, what: str) -> Iterator[Conn]:
@@ -421,6 +429,8 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                 if claimable:
                     pairs.append((self._queue_channel, job_id))
             pairs += [(self._interrupt_channel, job_id) for job_id in tx.interrupts]
+            if tx.new_job is not None and not any(c == self._queue_channel for c, _ in pairs):
+                pairs.append((self._queue_channel, tx.new_job))
             if pairs:
                 tx.script.add(_NOTIFY, rows_json(pairs))
             if tx.relaxed:
@@ -455,6 +465,41 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         for name in (f"{job_id}.log", f"{job_id}.log.1", f"{job_id}.worker.log"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._log_dir() / name)
+
+    # ------------------------------------------------------------------ transitions
+    def _apply_many(
+        self, items: list[tuple[str, Transition]], strict: bool = False
+    ) -> list[Applied]:
+        """The items whose rows this store object remembers (a pool's outcomes: it claimed
+        those jobs) as one guarded statement, one round trip (see :mod:`._pgguard`); the
+        others, and those whose row the guard found changed, the ordinary way after."""
+        taken, _ = ([], items) if strict else guard.guesses(self._states, items)
+        if not taken:
+            return super()._apply_many(items, strict)
+        rows, events, notes = guard.parameters(self.dialect, taken, self._guess_channels)
+        params = (rows_json(rows), rows_json(events), rows_json(notes))
+        with self._idle_session(f"update {len(taken)} jobs") as conn:
+            written = {row[0] for row in conn.execute(self._guarded_sql, params)}
+        done = guard.results(taken, written, self._states)
+        rest = [(job_id, fn) for job_id, fn in items if job_id not in done]
+        later: defaultdict[str, deque[Applied]] = defaultdict(deque)
+        for applied in super()._apply_many(rest) if rest else []:
+            later[applied.state.id].append(applied)
+        out = []
+        for job_id, _ in items:  # in order, as the ordinary way returns them
+            if job_id in done:
+                out.append(done[job_id])
+            elif later[job_id]:
+                out.append(later[job_id].popleft())
+        return out
+
+    def _guess_channels(self, g: guard.Guess) -> list[str]:
+        channels = [self._channel(g.job_id)]
+        if machine.wakes_pools(g.old, g.change):
+            channels.append(self._queue_channel)
+        if g.change.interrupts:
+            channels.append(self._interrupt_channel)
+        return channels
 
     # ------------------------------------------------------------------ claims
     def _claim(
@@ -597,7 +642,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         params.append(self._new_job_channels(state.id))
         with self._idle_session(f"create {state.id}") as conn:
             conn.execute(sql, params)
-        self._remember(state, doc)
+        self._remember(state, doc, 0)  # a new row: no events yet
         return None
 
     def _insert_on(self, connection: Any, state: JobState) -> JobState | None:
@@ -745,6 +790,9 @@ class _PgJournal(Journal):
         self._conn: Conn | None = None
         self._held: tuple[int, int] | None = None
         self._failing = False
+        #: A record sent and not yet answered (:meth:`send_returned`): its pipeline, whose
+        #: exit waits for the answer.
+        self._pending: contextlib.AbstractContextManager[Any] | None = None
 
     def claimed(self, keys: Sequence[Key], started: bool = False) -> None:
         self.store._journal_claims(self.records(keys, started))
@@ -770,33 +818,65 @@ class _PgJournal(Journal):
         return True
 
     def returned(self, key: Key, outcome: Outcome) -> None:
+        self.send_returned(key, outcome)
+        self.settle()
+
+    def send_returned(self, key: Key, outcome: Outcome) -> None:
+        """The outcome's record (and the job's shared lock let go with it, in the same
+        statement) sent in a pipeline, not waited for: the job's process hands the outcome
+        to its pool meanwhile and waits in :meth:`settle`, a round trip less before the
+        pool has it. The job stays alive until the statement has run (its shared lock), so
+        whoever reconciles it after the pool's death reads the record."""
         held, self._held = self._held, None
         if outcome.verb != "gone":
             insert = f"INSERT INTO {self._table} VALUES (%s, %s){_UPSERT}"
             line = record_line("o", key, outcome)
             if held is None:
-                self._run("journal an outcome", insert, (key[0], line))
+                self._run("journal an outcome", insert, (key[0], line), wait=False)
             else:  # the lock goes once the outcome is in
                 sql = f"WITH w AS ({insert} RETURNING 1) SELECT pg_advisory_unlock_shared(%s, %s)"
-                self._run("journal an outcome", sql + " FROM w", (key[0], line, *held))
+                params = (key[0], line, *held)
+                self._run("journal an outcome", sql + " FROM w", params, wait=False)
         elif held is not None:
             self._run("let go of a job", "SELECT pg_advisory_unlock_shared(%s, %s)", held)
 
-    def _run(self, what: str, sql: str, params: Sequence[Any]) -> bool:
-        """One statement on the journal's connection; a failure is logged (once until the
-        next success) and the connection, with its lock, dropped."""
+    def settle(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._guarded("journal an outcome", lambda: pending.__exit__(None, None, None))
+
+    def _run(self, what: str, sql: str, params: Sequence[Any], wait: bool = True) -> bool:
+        """One statement on the journal's connection (after what was sent before is
+        answered); ``wait=False``: sent in a pipeline, answered in :meth:`settle`."""
+        self.settle()
+
+        def run() -> None:
+            if self._conn is None or self._conn.closed:
+                self._conn = self.store._db.take()
+                # a record is not worth waiting for the disk: a server crash may take
+                # back the last moments' (the attempt then counts, as without one)
+                self._conn.execute("SET synchronous_commit = off")
+            if wait:
+                self._conn.execute(sql, params)
+                return
+            pipeline = self._conn.pipeline()
+            pipeline.__enter__()
+            self._pending = pipeline
+            self._conn.execute(sql, params)  # sent now; its answer is read in settle()
+
+        return self._guarded(what, run)
+
+    def _guarded(self, what: str, fn: Callable[[], object]) -> bool:
+        """Run ``fn``; a failure is logged (once until the next success) and the
+        connection, with its lock, dropped."""
         try:
             with _pg.translated(what):
-                if self._conn is None or self._conn.closed:
-                    self._conn = self.store._db.take()
-                    # a record is not worth waiting for the disk: a server crash may take
-                    # back the last moments' (the attempt then counts, as without one)
-                    self._conn.execute("SET synchronous_commit = off")
-                self._conn.execute(sql, params)
+                fn()
         except OutlastError as exc:
             if not self._failing:
                 log.warning("cannot %s: %s", what, exc)
             self._failing = True
+            self._pending = None
             if self._conn is not None:
                 self._conn.close()
             self._conn, self._held = None, None

@@ -403,6 +403,11 @@ if TYPE_CHECKING:  # an interface for annotations only (a Protocol costs import 
             """Wake the job's waiters (if ``claimable``, idle pools too; if ``interrupt``, the
             pools: a running job was canceled or deleted) once committed."""
 
+        def wake_pools(self, job_id: str) -> None:
+            """A new job ``job_id`` is claimable: wake idle pools (and the listeners of every
+            job, who hear the pools' channel) once committed. Nobody can wait on a job that
+            did not exist, so its own channel is not woken."""
+
         def relax(self) -> None:
             """This transaction changes no status: its commit need not wait to be durable."""
 
@@ -417,25 +422,39 @@ class StateCache:
     the document again (~50 us here). States are immutable, so sharing one is safe; a
     transition is read back right after it is written (a pool's claim, then the outcome),
     and a job polled while it does not change is read again and again. The oldest entry
-    goes past :data:`STATE_CACHE`. Thread-safe."""
+    goes past :data:`STATE_CACHE`. Thread-safe.
+
+    With each state it keeps the row's ``seq`` when it was known (written, or read with
+    the document): :meth:`guess` hands both to a write that is checked against the row
+    itself (PostgreSQL's guarded outcomes), never trusted alone."""
 
     def __init__(self) -> None:
-        self._docs: dict[str, tuple[bytes, JobState]] = {}
+        self._docs: dict[str, tuple[bytes, JobState, int | None]] = {}
         self._lock = threading.Lock()
 
-    def decode(self, job_id: str, raw: Any) -> JobState:
+    def decode(self, job_id: str, raw: Any, seq: int | None = None) -> JobState:
         hit = self._docs.get(job_id)
         if hit is not None and hit[0] == raw:
+            if seq is not None and hit[2] != seq:
+                self.remember(hit[1], hit[0], seq)
             return hit[1]
         state = codec.decode(job_id, raw)
-        self.remember(state, bytes(raw) if isinstance(raw, memoryview) else raw)
+        self.remember(state, bytes(raw) if isinstance(raw, memoryview) else raw, seq)
         return state
 
-    def remember(self, state: JobState, doc: bytes) -> None:
+    def remember(self, state: JobState, doc: bytes, seq: int | None = None) -> None:
         with self._lock:
-            self._docs[state.id] = (doc, state)
+            self._docs[state.id] = (doc, state, seq)
             if len(self._docs) > STATE_CACHE:
                 self._docs.pop(next(iter(self._docs)))
+
+    def guess(self, job_id: str) -> tuple[bytes, JobState, int] | None:
+        """The document, state and ``seq`` this store object last wrote or read for the
+        job, if its ``seq`` is known: what the row probably holds now."""
+        hit = self._docs.get(job_id)
+        if hit is None or hit[2] is None:
+            return None
+        return hit[0], hit[1], hit[2]
 
     def forget(self, job_id: str) -> None:
         with self._lock:
@@ -462,14 +481,15 @@ class SqlStore(Store):
     #: :class:`StateCache` each).
     _states: StateCache
 
-    def _decode(self, job_id: str, raw: Any) -> JobState:
+    def _decode(self, job_id: str, raw: Any, seq: int | None = None) -> JobState:
         """A stored document as a state: the one this process last wrote or read for the job
-        if the stored bytes are exactly that (:class:`StateCache`)."""
-        return self._states.decode(job_id, raw)
+        if the stored bytes are exactly that (:class:`StateCache`); ``seq``: the row's."""
+        return self._states.decode(job_id, raw, seq)
 
-    def _remember(self, state: JobState, doc: bytes) -> None:
-        """Note the document just written for ``state`` (see ``_decode``)."""
-        self._states.remember(state, doc)
+    def _remember(self, state: JobState, doc: bytes, seq: int | None = None) -> None:
+        """Note the document just written for ``state`` (see ``_decode``), with the row's
+        ``seq`` when known."""
+        self._states.remember(state, doc, seq)
 
     def _extra_columns(self, state: JobState) -> dict[str, Any]:
         """Columns of a new job's row beyond :meth:`_columns`: what the search and the
@@ -529,7 +549,7 @@ class SqlStore(Store):
                 continue  # rolled back: try the whole batch again
             for state, doc, holder in zip(states, docs, out, strict=True):
                 if holder is None:
-                    self._remember(state, doc)
+                    self._remember(state, doc, 0)  # a new row: no events yet
             return out
         raise StoreError("could not insert a job with a unique key: its holder kept changing")
 
@@ -550,10 +570,9 @@ class SqlStore(Store):
             self._count(tx, Counter(_key(s) for s in states))
             if labels:
                 tx.insert_rows(d.sql("{labels}"), ("job_id", "key", "value"), labels)
-            for state in states:
-                tx.wake(state.id, True)
+            tx.wake_pools(states[0].id)
         for state, doc in zip(states, docs, strict=True):
-            self._remember(state, doc)
+            self._remember(state, doc, 0)  # a new row: no events yet
         return [None] * len(states)
 
     def _insert_one(self, tx: Tx, state: JobState, doc: bytes) -> JobState | None:
@@ -569,7 +588,7 @@ class SqlStore(Store):
             return self._decode(found[0][0], found[0][1])
         self._count(tx, Counter([_key(state)]))
         self._put_labels(tx, state)
-        tx.wake(state.id, True)
+        tx.wake_pools(state.id)
         return None
 
     def _retries_of(self, job_id: str) -> builtins.list[str]:
@@ -699,7 +718,7 @@ class SqlStore(Store):
         for job_id, (new, seq) in last.items():
             old = first[job_id]
             doc = codec.encode(new)
-            self._remember(new, doc)  # checked against the stored bytes when read back
+            self._remember(new, doc, seq)  # checked against the stored bytes when read back
             if (new.queue, new.kind, new.created_at) == (old.queue, old.kind, old.created_at):
                 slim.append(
                     (
@@ -745,7 +764,7 @@ class SqlStore(Store):
             )
             if not rows:
                 raise JobNotFound(f"no job {job_id}")
-            state = self._decode(job_id, rows[0][0])
+            state = self._decode(job_id, rows[0][0], rows[0][1])
             change = fn(state)
             if change is None:
                 return Applied(state, [])
@@ -772,7 +791,7 @@ class SqlStore(Store):
                         if job_id not in found:
                             raise JobNotFound(f"no job {job_id}")
                         doc, seq = found[job_id]
-                        current[job_id] = (self._decode(job_id, doc), seq)
+                        current[job_id] = (self._decode(job_id, doc, seq), seq)
                 except (JobNotFound, CorruptJob) as exc:
                     if strict:
                         raise
@@ -879,7 +898,7 @@ class SqlStore(Store):
         states = []
         for job_id, doc, seq in rows:
             try:
-                states.append((self._decode(job_id, doc), seq))
+                states.append((self._decode(job_id, doc, seq), seq))
             except CorruptJob as exc:
                 log.warning("not claiming a corrupt job: %s", exc)
         keys = sorted({s.limit_key for s, _ in states if s.limit_key is not None})

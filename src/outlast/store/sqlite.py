@@ -156,6 +156,7 @@ class _Tx:
         self.conn = conn
         self.wakes: dict[str, bool] = {}
         self.interrupts: list[str] = []
+        self.pools = False
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self.conn.execute(sql, params).fetchall()
@@ -177,6 +178,9 @@ class _Tx:
         self.wakes[job_id] = self.wakes.get(job_id, False) or claimable
         if interrupt:
             self.interrupts.append(job_id)
+
+    def wake_pools(self, job_id: str) -> None:
+        self.pools = True
 
     def relax(self) -> None:
         pass  # synchronous=NORMAL already: a WAL commit is durable against process crashes
@@ -378,8 +382,8 @@ class SQLiteStore(_local.LocalStore, SqlStore):
                 raise
             conn.execute("COMMIT")
         self._checkpoints.committed()
-        if tx.wakes:
-            self.parts.pulse_many(tx.wakes, tx.interrupts)
+        if tx.wakes or tx.pools:
+            self.parts.pulse_many(tx.wakes, tx.interrupts, pools=tx.pools)
 
     def _query(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with _translated(what, self.path):
