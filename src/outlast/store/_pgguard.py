@@ -23,22 +23,22 @@ from typing import Any
 from outlast import codec, machine
 from outlast.machine import Change
 from outlast.model import JobState, utcnow
-from outlast.store.base import Applied, Transition, expires_at
-from outlast.store.sql import Dialect, StateCache
+from outlast.store.base import Applied, Transition
+from outlast.store.sql import Dialect, StateCache, slim_row
 
 
 def guarded_sql(d: Dialect) -> str:
-    """The batch's one statement. Parameters: the rows ``[id, status, worker, run_after,
-    finished_at, expires_at, started_at, doc, seq, old doc, old seq]``, the events ``[job
-    id, seq, doc]``, the notifications ``[channel, job id]`` (JSON arrays, see
-    :func:`outlast.store.postgresql.rows_json`). Returns a row per notification sent, so
-    the ids it names are the jobs written (each has one on its own channel at least)."""
+    """The batch's one statement. Parameters: the rows (:func:`slim_row`'s values, then the
+    old document and ``seq``), the events ``[job id, seq, doc]``, the notifications
+    ``[channel, job id]`` (JSON arrays, see :func:`outlast.store.postgresql.rows_json`).
+    Returns a row per notification sent, so the ids it names are the jobs written (each
+    has one on its own channel at least)."""
     ts = "timestamptz"
     return (
-        "WITH r AS (SELECT x->>0 AS id, x->>1 AS status, x->>2 AS worker,"
-        f" (x->>3)::{ts} AS run_after, (x->>4)::{ts} AS finished_at,"
-        f" (x->>5)::{ts} AS expires_at, (x->>6)::{ts} AS started_at,"
-        " decode(x->>7, 'base64') AS doc, (x->>8)::integer AS seq,"
+        "WITH r AS (SELECT x->>0 AS status, x->>1 AS worker,"
+        f" (x->>2)::{ts} AS run_after, (x->>3)::{ts} AS finished_at,"
+        f" (x->>4)::{ts} AS expires_at, (x->>5)::{ts} AS started_at,"
+        " decode(x->>6, 'base64') AS doc, (x->>7)::integer AS seq, x->>8 AS id,"
         " decode(x->>9, 'base64') AS old_doc, (x->>10)::integer AS old_seq"
         " FROM jsonb_array_elements(%s::jsonb) AS x),"
         f" u AS (UPDATE {d.jobs} AS j SET status = r.status, worker = r.worker,"
@@ -107,22 +107,8 @@ def parameters(
     events: list[Any] = []
     notes: list[Any] = []
     for g in taken:
-        new = g.change.state
-        rows.append(
-            [
-                g.job_id,
-                str(new.status),
-                new.worker,
-                d.time(new.run_after),
-                d.time(new.finished_at),
-                d.time(expires_at(new)),
-                d.time(new.started_at),
-                g.doc,
-                g.seq + len(g.events),
-                g.old_doc,
-                g.seq,
-            ]
-        )
+        new = slim_row(d, g.change.state, g.doc, g.seq + len(g.events))
+        rows.append([*new, g.old_doc, g.seq])
         events += [[e.job_id, e.seq, codec.encode_event(e)] for e in g.events]
         notes += [[channel, g.job_id] for channel in channels(g)]
     return rows, events, notes

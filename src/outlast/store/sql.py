@@ -326,6 +326,24 @@ _FULL = (
     " unique_key = ?, limit_key = ?, limit_slots = ?, started_at = ?, doc = ?, seq = ?"
     " WHERE id = ?"
 )
+
+
+def slim_row(d: Dialect, new: JobState, doc: bytes, seq: int) -> tuple[Any, ...]:
+    """The parameters of :data:`SLIM_UPDATE` writing ``new`` (its document ``doc``, the
+    row's ``seq`` after its events), in that statement's order, the id last."""
+    return (
+        str(new.status),
+        new.worker,
+        d.time(new.run_after),
+        d.time(new.finished_at),
+        d.time(expires_at(new)),
+        d.time(new.started_at),
+        doc,
+        seq,
+        new.id,
+    )
+
+
 #: A job of a concurrency key may start while fewer than the key's slots (the ``limits``
 #: table's, else the job's own ``limit``, else 1) of its jobs run (``j`` is the job's row).
 ROOM = (
@@ -720,19 +738,7 @@ class SqlStore(Store):
             doc = codec.encode(new)
             self._remember(new, doc, seq)  # checked against the stored bytes when read back
             if (new.queue, new.kind, new.created_at) == (old.queue, old.kind, old.created_at):
-                slim.append(
-                    (
-                        str(new.status),
-                        new.worker,
-                        d.time(new.run_after),
-                        d.time(new.finished_at),
-                        d.time(expires_at(new)),
-                        d.time(new.started_at),
-                        doc,
-                        seq,
-                        job_id,
-                    )
-                )
+                slim.append(slim_row(d, new, doc, seq))
             else:
                 full.append((*self._columns(new), d.time(new.started_at), doc, seq, job_id))
             if new.labels != old.labels:
