@@ -335,7 +335,13 @@ def role() -> str:
     if "jobproc" in argv:
         return "job"
     if " worker" in argv or argv.startswith("worker"):
-        return "pool"
+        # a job process forked by its pool keeps the pool's argv: its parent is the pool
+        try:
+            with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+                parent = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            parent = ""
+        return "job" if " worker" in parent else "pool"
     if "submit.py" in argv:
         return "submit"
     return "other"
