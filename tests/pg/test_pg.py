@@ -134,34 +134,41 @@ def test_a_claim_and_an_outcome_commit_their_writes_as_one_statement(
     pgstore: PostgresStore,
 ) -> None:
     """The commit round trip of a claim (journal records, events, the job's row, the
-    notifications) and of an outcome (events, row, notifications) is one statement and
-    ``COMMIT``: the writes as data-modifying ``WITH`` queries, all of them done."""
+    notifications) is one statement and ``COMMIT``: the writes as data-modifying ``WITH``
+    queries, all of them done; the outcome of the job this store object claimed is one
+    guarded statement (``_pgguard``), its own transaction."""
     job = pgstore.create(name="fused", queue="default")
     runs: list[list[str]] = []
-    real = pg._Script.run
+    guarded: list[set[str]] = []
+    real, real_results = pg._Script.run, pg.guard.results
 
     def run(self: pg._Script, conn: object) -> object:
         runs.append([sql for sql, _ in self.statements])
         return real(self, conn)  # type: ignore[arg-type]
 
+    def results(taken: Any, written: set[str], cache: Any) -> Any:
+        guarded.append(written)
+        return real_results(taken, written, cache)
+
     pg._Script.run = run  # type: ignore[method-assign]
+    pg.guard.results = results  # type: ignore[assignment]
     try:
         with pgstore.listen([job.id]) as listener:
             [task] = pgstore.claim(None, 1, journal=pgstore.journal("pool", "token"))
             assert listener.wait(10)  # the fused statement's notification arrived
             listener.drain()
             task.succeed({"x": 1})
-            assert listener.wait(10)
+            assert listener.wait(10)  # and the guarded statement's
     finally:
         pg._Script.run = real  # type: ignore[method-assign]
+        pg.guard.results = real_results
     commits = [r for r in runs if r[-1] == "COMMIT"]
-    assert len(commits) == 2, runs
-    for statements in commits:
-        assert len(statements) == 2, statements
-        assert statements[0].startswith("WITH w0 AS (") and "pg_notify" in statements[0]
-    claim, outcome = commits
+    assert len(commits) == 1, runs  # the claim's; the outcome needs none
+    [claim] = commits
+    assert len(claim) == 2, claim
+    assert claim[0].startswith("WITH w0 AS (") and "pg_notify" in claim[0]
     assert ".journal" in claim[0] and ".events" in claim[0] and ".jobs" in claim[0]
-    assert ".events" in outcome[0] and ".jobs" in outcome[0]
+    assert guarded == [{job.id}]
     state = pgstore.get(job.id)
     assert state.status == Status.SUCCEEDED and state.result == {"x": 1}
     assert [e.status for e in pgstore.events(job.id)][-2:] == ["started", "completed"]
@@ -209,6 +216,9 @@ def test_a_pools_outcomes_are_one_guarded_statement_and_a_changed_row_is_read_ag
         assert len(runs) == 2, runs
         read, params = runs[0][-1]
         assert read.startswith("SELECT id, doc, seq"), runs
+        write = [sql for sql, _ in runs[1]]  # the ordinary way's writes: one fused statement
+        assert len(write) == 2 and write[0].startswith("WITH w0 AS (") and write[1] == "COMMIT"
+        assert all(t in write[0] for t in (".events", ".jobs", "pg_notify")), write
         assert sorted(str(p) for p in params[0]) == sorted(ids[1:4]), params  # type: ignore[union-attr]
         assert [a.state.id for a in out] == [ids[0], ids[1], ids[2], ids[4]]  # in order
         for n, job_id in enumerate(ids):

@@ -476,11 +476,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         taken, _ = ([], items) if strict else guard.guesses(self._states, items)
         if not taken:
             return super()._apply_many(items, strict)
-        rows, events, notes = guard.parameters(self.dialect, taken, self._guess_channels)
-        params = (rows_json(rows), rows_json(events), rows_json(notes))
-        with self._idle_session(f"update {len(taken)} jobs") as conn:
-            written = {row[0] for row in conn.execute(self._guarded_sql, params)}
-        done = guard.results(taken, written, self._states)
+        done = self._guarded(taken)
         rest = [(job_id, fn) for job_id, fn in items if job_id not in done]
         later: defaultdict[str, deque[Applied]] = defaultdict(deque)
         for applied in super()._apply_many(rest) if rest else []:
@@ -492,6 +488,22 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             elif later[job_id]:
                 out.append(later[job_id].popleft())
         return out
+
+    def _apply_one(self, job_id: str, fn: Transition) -> Applied:
+        """A change of status of a job this store object remembers (a worker's outcome: it
+        started the job) as one guarded statement; else, or if the row changed, the SQL
+        core's shortest path (two round trips)."""
+        taken, _ = guard.guesses(self._states, [(job_id, fn)])
+        done = self._guarded(taken) if taken else {}
+        return done[job_id] if job_id in done else super()._apply_one(job_id, fn)
+
+    def _guarded(self, taken: list[guard.Guess]) -> dict[str, Applied]:
+        """Write ``taken`` as one guarded statement; what it came to, for the jobs it wrote."""
+        rows, events, notes = guard.parameters(self.dialect, taken, self._guess_channels)
+        params = (rows_json(rows), rows_json(events), rows_json(notes))
+        with self._idle_session(f"update {len(taken)} jobs") as conn:
+            written = {row[0] for row in conn.execute(self._guarded_sql, params)}
+        return guard.results(taken, written, self._states)
 
     def _guess_channels(self, g: guard.Guess) -> list[str]:
         channels = [self._channel(g.job_id)]
