@@ -50,6 +50,7 @@ import binascii
 import contextlib
 import os
 import re
+import threading
 import zlib
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -361,6 +362,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         self.dialect = dialect(self.schema)
         self._bulk = bulk_statements(self.dialect)
         self._guarded_sql = guard.guarded_sql(self.dialect)
+        self._in_rule = threading.local()  # a guess's transition runs (see _guesses)
         self._fusable = fusable_writes(self.schema, self.dialect, self._bulk)
         self._states = StateCache()
         self._queue_channel = f"{self.schema}_queue"
@@ -413,6 +415,8 @@ class PostgresStore(AdvisoryLocks, SqlStore):
     def _idle_session(self, what: str) -> Iterator[Conn]:
         """A session with no transaction open: a write that commits must not run inside a
         caller's transaction (its COMMIT would end theirs early)."""
+        if getattr(self._in_rule, "on", False):
+            raise StoreError(f"postgresql store: {what}: a write inside a transition")
         with self._session(what) as conn:
             if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 raise StoreError(f"postgresql store: {what}: a transaction inside a transaction")
@@ -473,7 +477,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         """The items whose rows this store object remembers (a pool's outcomes: it claimed
         those jobs) as one guarded statement, one round trip (see :mod:`._pgguard`); the
         others, and those whose row the guard found changed, the ordinary way after."""
-        taken, _ = ([], items) if strict else guard.guesses(self._states, items)
+        taken = [] if strict else self._guesses(items)
         if not taken:
             return super()._apply_many(items, strict)
         done = self._guarded(taken)
@@ -493,9 +497,21 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         """A change of status of a job this store object remembers (a worker's outcome: it
         started the job) as one guarded statement; else, or if the row changed, the SQL
         core's shortest path (two round trips)."""
-        taken, _ = guard.guesses(self._states, [(job_id, fn)])
+        taken = self._guesses([(job_id, fn)])
         done = self._guarded(taken) if taken else {}
         return done[job_id] if job_id in done else super()._apply_one(job_id, fn)
+
+    def _guesses(self, items: list[tuple[str, Transition]]) -> list[guard.Guess]:
+        """:func:`._pgguard.guesses` of ``items``; their transitions run outside a
+        transaction here, so a write of this store inside one is refused as it is inside a
+        transaction (transitions are pure: a transition that writes is an error, never a
+        write made twice)."""
+        before = getattr(self._in_rule, "on", False)
+        self._in_rule.on = True
+        try:
+            return guard.guesses(self._states, items)[0]
+        finally:
+            self._in_rule.on = before
 
     def _guarded(self, taken: list[guard.Guess]) -> dict[str, Applied]:
         """Write ``taken`` as one guarded statement; what it came to, for the jobs it wrote."""
