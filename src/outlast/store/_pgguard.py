@@ -17,6 +17,7 @@ server under the row's lock, and a transition is still one transaction.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,25 +70,18 @@ class Guess:
         self.events = machine.number(job_id, seq, change.events, utcnow())
 
 
-def guesses(
-    cache: StateCache, items: Sequence[tuple[str, Transition]]
-) -> tuple[list[Guess], list[tuple[str, Transition]]]:
-    """The items a guarded write can take (each job once; remembered with its ``seq``; a
-    change of status only, as outcomes are, on the columns an outcome writes), and the rest
-    (to go the ordinary way)."""
-    counts: dict[str, int] = {}
-    for job_id, _ in items:
-        counts[job_id] = counts.get(job_id, 0) + 1
+def guesses(cache: StateCache, items: Sequence[tuple[str, Transition]]) -> list[Guess]:
+    """The items a guarded write can take: each job once, remembered with its ``seq``, its
+    change one of status on the columns an outcome writes (the others go the ordinary
+    way)."""
+    counts = Counter(job_id for job_id, _ in items)
     taken: list[Guess] = []
-    rest: list[tuple[str, Transition]] = []
     for job_id, fn in items:
         hit = cache.guess(job_id) if counts[job_id] == 1 else None
         change = None if hit is None else fn(hit[1])
-        if hit is None or change is None or not _slim(hit[1], change.state):
-            rest.append((job_id, fn))
-            continue
-        taken.append(Guess(job_id, hit[1], hit[0], hit[2], change))
-    return taken, rest
+        if hit is not None and change is not None and _slim(hit[1], change.state):
+            taken.append(Guess(job_id, hit[1], hit[0], hit[2], change))
+    return taken
 
 
 def _slim(old: JobState, new: JobState) -> bool:

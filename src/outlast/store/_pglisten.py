@@ -22,11 +22,11 @@ class PgListener:
     """Wakes a waiter on ``pg_notify`` of some channels. One thread at a time.
 
     ``wait`` returns True for a notification about one of ``jobs`` (any job when None) or on
-    one of ``always`` (the queue's channel, the interrupt channel); ``fileno`` is the
-    connection's socket for ``select()``. After a lost connection it reconnects and reports a
-    wake-up (the caller re-checks what it waits for); while the server cannot be reached (a
-    restart) ``fileno`` is None, ``wait`` polls, and each ``wait`` or ``drain`` tries again,
-    with backoff and jitter, up to every few seconds.
+    ``queue_channel`` or ``interrupt_channel``; ``fileno`` is the connection's socket for
+    ``select()``. After a lost connection it reconnects and reports a wake-up (the caller
+    re-checks what it waits for); while the server cannot be reached (a restart) ``fileno``
+    is None, ``wait`` polls, and each ``wait`` or ``drain`` tries again, with backoff and
+    jitter, up to every few seconds.
     """
 
     RETRY_MIN, RETRY_MAX = 0.1, 5.0

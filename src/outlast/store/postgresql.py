@@ -509,7 +509,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         before = getattr(self._in_rule, "on", False)
         self._in_rule.on = True
         try:
-            return guard.guesses(self._states, items)[0]
+            return guard.guesses(self._states, items)
         finally:
             self._in_rule.on = before
 
