@@ -11,7 +11,8 @@ replaces a dead one later, or one of a pool started with threads running, is spa
 
 Either way ``FD`` is the job process's end of a socket pair. Once booted it waits for the
 pool's introduction on it — one line of JSON, the pool's worker name and token, with the
-pool's liveness descriptor passed along (SCM_RIGHTS) when the store has one — and answers
+pool's liveness descriptor passed along (SCM_RIGHTS) when the store has one, and the memory
+file of the :class:`Words` they share — and answers
 ``"ready"`` (or ``("error", message)`` when it could not boot) through :class:`Channel`,
 the pipe's language from then on. The pool can introduce itself only once its store is open;
 the processes boot meanwhile.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import pickle
 import select
@@ -235,19 +237,24 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and threading.active_count() == 1
 
 
-def introduce(sock: socket.socket, pool: str, token: str, alive: int | None) -> None:
+def introduce(
+    sock: socket.socket, pool: str, token: str, alive: int | None, words: int | None = None
+) -> None:
     """Tell a job process which pool it works for (its journal's names), passing the pool's
-    liveness descriptor (so the pool's jobs stay alive while the process lives)."""
-    line = json.dumps({"pool": pool, "token": token}).encode() + b"\n"
-    socket.send_fds(sock, [line], [] if alive is None else [alive])
+    liveness descriptor (so the pool's jobs stay alive while the process lives) and the
+    descriptor of the :class:`Words` they share."""
+    fds = [fd for fd in (alive, words) if fd is not None]
+    told = {"pool": pool, "token": token, "alive": alive is not None, "words": words is not None}
+    socket.send_fds(sock, [json.dumps(told).encode() + b"\n"], fds)
 
 
-def introduced(fd: int) -> tuple[str, str, int | None]:
+def introduced(fd: int) -> tuple[str, str, int | None, int | None]:
     """In the job process: wait for the pool's introduction on ``fd`` (left open); returns
-    the pool's name, its token and the liveness descriptor (or None)."""
+    the pool's name, its token, the liveness descriptor and that of the shared
+    :class:`Words` (each None when not given)."""
     sock = socket.socket(fileno=fd)
     try:
-        data, fds, _, _ = socket.recv_fds(sock, INTRODUCTION_MAX, 1)
+        data, fds, _, _ = socket.recv_fds(sock, INTRODUCTION_MAX, 2)
         while data and not data.endswith(b"\n") and len(data) < INTRODUCTION_MAX:
             more = sock.recv(INTRODUCTION_MAX - len(data))
             if not more:
@@ -258,4 +265,64 @@ def introduced(fd: int) -> tuple[str, str, int | None]:
     if not data:
         raise EOFError("the pool went away before it introduced itself")
     told = json.loads(data)
-    return str(told["pool"]), str(told["token"]), (fds[0] if fds else None)
+    given = list(fds)
+    alive = given.pop(0) if told.get("alive") and given else None
+    words = given.pop(0) if told.get("words") and given else None
+    return str(told["pool"]), str(told["token"]), alive, words
+
+
+class Words:
+    """Two numbers a pool and one of its job processes share (a memory file both map): which
+    job the pool's cancel signal is for, and which job not to start. A job is named by its
+    number on the channel (1, 2, … in the order the pool sent them: both ends count).
+
+    A pool may send a process its next job before the current one ends (:mod:`outlast.run.pool`,
+    "sent ahead"). The cancel signal (SIGUSR1) names no job, so one meant for the job that just
+    ended could land on the next: the process's handler acts only when :attr:`cancel` is the
+    number of the job it runs. And a job sent ahead is taken back by setting :attr:`skip` to
+    its number: the process answers ``("held", number)`` instead of starting it (the pool
+    knows it has not started when no outcome is waiting on the channel after the write: the
+    process reads :attr:`skip` only after it has sent the outcome before)."""
+
+    SIZE = 16
+    _PAIR = struct.Struct("=qq")
+
+    def __init__(self, fd: int) -> None:
+        """Map the memory file ``fd`` (closed here: the mapping stays)."""
+        try:
+            self._map = mmap.mmap(fd, self.SIZE)
+        finally:
+            os.close(fd)
+
+    @classmethod
+    def create(cls) -> tuple[Words, int]:
+        """New words (both 0) and a descriptor of their file, to pass to a job process (the
+        caller closes it once passed)."""
+        fd = os.memfd_create("outlast-words", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, cls.SIZE)
+            passed = os.dup(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd), passed
+
+    @property
+    def cancel(self) -> int:
+        return int(self._PAIR.unpack_from(self._map, 0)[0])
+
+    @cancel.setter
+    def cancel(self, number: int) -> None:
+        struct.pack_into("=q", self._map, 0, number)
+
+    @property
+    def skip(self) -> int:
+        return int(self._PAIR.unpack_from(self._map, 0)[1])
+
+    @skip.setter
+    def skip(self, number: int) -> None:
+        struct.pack_into("=q", self._map, 8, number)
+
+    def close(self) -> None:
+        with contextlib.suppress(BufferError):
+            self._map.close()

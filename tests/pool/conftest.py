@@ -38,6 +38,14 @@ def read_lines(path: Path) -> list[str]:
         return []
 
 
+@pytest.fixture
+def url(store_url: str, tmp_path: Path) -> str:
+    """A fresh store of each kind (``store_url``: SQLite, files, PostgreSQL), in a private
+    folder (outlast warns of one open to others)."""
+    tmp_path.chmod(0o700)
+    return store_url
+
+
 class Worker:
     """An ``outlast worker`` subprocess; its stdout/stderr go to files in the test's folder."""
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,28 +15,9 @@ from outlast.model import Kind, Status
 from outlast.run.api import create_job
 from outlast.run.pool import Pool
 from outlast.store import open_store
-from tests.pg import support
 from tests.pool import jobs_for_tests
 from tests.pool.conftest import read_lines
 from tests.waiting import until
-
-KINDS = ["sqlite", "files", "postgresql"]
-
-
-@pytest.fixture(params=KINDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    tmp_path.chmod(0o700)
-    kind = request.param
-    made = {"sqlite": f"sqlite://{tmp_path}/s.db", "files": f"files://{tmp_path}/store"}.get(
-        kind
-    ) or support.make_url(tmp_path)
-    if made is None:
-        pytest.skip("no PostgreSQL server here")
-    try:
-        yield made
-    finally:
-        if kind == "postgresql":
-            support.drop_schema(made)
 
 
 def _settled(pool: Pool) -> None:
@@ -87,34 +67,43 @@ def test_a_pool_sleeps_through_other_queues_jobs(tmp_path: Path, url: str) -> No
 
 @pytest.mark.timeout(120)
 def test_a_job_canceled_while_claimed_ahead_never_starts(tmp_path: Path, url: str) -> None:
-    """Short jobs are claimed ahead of the free processes; a cancel of one of those (it is
-    ``running``, not started) drops it from the pool's hand: it never runs."""
+    """Short jobs are claimed ahead of the free processes, and one is sent ahead to each
+    busy process; a cancel of one of those (it is ``running``, not started) drops it from
+    the pool's hand: it never runs, whether it was sent ahead or held by the pool."""
     with open_store(url) as store:
         blocker_marks, marker_marks = tmp_path / "blocker.txt", tmp_path / "marker.txt"
         # claimed in this order: a short job (then the pool claims ahead), the blocker, the
-        # marker (claimed with the blocker, held while the blocker runs)
+        # markers (claimed with the blocker: one sent ahead to its process, one held)
         first = create_job(store, "pt.noop", [1], {}, queue="mine", priority=2).id
         blocker = create_job(
             store, "pt.cooperative", [str(blocker_marks)], {}, queue="mine", priority=1
         ).id
-        marker = create_job(store, "pt.mark_start", [str(marker_marks)], {}, queue="mine").id
+        markers = [
+            create_job(store, "pt.mark_start", [str(marker_marks)], {}, queue="mine").id
+            for _ in range(2)
+        ]
         pool = Pool(store, concurrency=1, queues=["mine"], imports=[jobs_for_tests.MODULE])
         runner = threading.Thread(target=pool.run)
         runner.start()
+
+        def at_hand() -> tuple[list[str], list[str]]:
+            return [s.ahead.id for s in pool.slots if s.ahead], [t.id for t in pool.backlog]
+
         try:
             until(lambda: read_lines(blocker_marks) == ["started"] or None, 30, "the blocker")
             assert store.get(first).status == Status.SUCCEEDED
-            until(lambda: [t.id for t in pool.backlog] == [marker] or None, 10, "the claim")
-            assert store.get(marker).status == Status.RUNNING  # claimed, not started
-            store.open(marker).cancel()
-            until(lambda: not pool.backlog or None, 30, "the canceled job to be dropped")
+            until(lambda: at_hand() == ([markers[0]], [markers[1]]) or None, 10, "the claim")
+            assert all(store.get(m).status == Status.RUNNING for m in markers)  # not started
+            for marker in markers:
+                store.open(marker).cancel()
+            until(lambda: at_hand() == ([], []) or None, 30, "the canceled jobs to be dropped")
             store.open(blocker).cancel()
             until(lambda: store.get(blocker).terminal or None, 30, "the blocker to stop")
             _settled(pool)
             assert read_lines(marker_marks) == [], "a canceled job was started"
-            assert store.get(marker).status == Status.CANCELED
-            # the claim's journal record is let go (nothing of the job is left to write)
-            assert (marker, 1) not in getattr(pool.journal, "_keep", {})
+            assert all(store.get(m).status == Status.CANCELED for m in markers)
+            # the claims' journal records are let go (nothing of the jobs is left to write)
+            assert all((m, 1) not in getattr(pool.journal, "_keep", {}) for m in markers)
         finally:
             pool.stop()
             runner.join(60)

@@ -414,6 +414,7 @@ class AsyncPool:
                 await self._flush()
         if not self._unwritten:
             await self._store(self.journal.discard)
+        await self._store(self.journal.close)  # (kept, when not all is written)
 
 
 class _StartAtClaim(Journal):

@@ -144,11 +144,13 @@ def enter_task(context: JobContext | None) -> contextvars.Token[JobContext | Non
     return _task_job.set(context)
 
 
-def install_cancel_handler() -> None:
-    """Let the pool tell this process that its job was canceled (SIGUSR1 sets the flag)."""
+def install_cancel_handler(meant: Callable[[], bool] | None = None) -> None:
+    """Let the pool tell this process that its job was canceled (SIGUSR1 sets the flag).
+    ``meant``: whether a signal is for the job running now (a pool's job process: the
+    signal names no job, see :class:`outlast.boot.Words`); without it, every one is."""
 
     def handler(signum: int, frame: Any) -> None:
-        if _current is not None:
+        if _current is not None and (meant is None or meant()):
             _current.request_cancel()
 
     signal.signal(CANCEL_SIGNAL, handler)

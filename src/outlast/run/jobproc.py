@@ -6,9 +6,13 @@ calls :func:`main`), or spawned as ``python -m outlast.run.jobproc FD STORE_URL 
 either way before the pool has opened its store. ``FD`` is its end of a socket pair: once
 booted it reads the pool's introduction there (the pool's name and token, and the descriptor
 of its liveness lock, see :meth:`outlast.store.Store.liveness_fd`, held so that the pool's jobs
-stay alive while this process lives), says ``"ready"``, then takes ``(job_id, attempt,
-document, acked)`` in and sends the attempt's outcome back. The document is the job as
-claimed, so a job starts without reading the store.
+stay alive while this process lives, and the memory file of the :class:`outlast.boot.Words`
+they share), says ``"ready"``, then takes ``(job_id, attempt, document, acked, number)`` in
+and sends the attempt's outcome back, in order. The document is the job as claimed, so a job
+starts without reading the store. ``number`` counts the jobs sent (1, 2, …): the pool may send
+the next job before the current one ends; a job whose number the pool set as the words'
+``skip`` is not started (the answer is ``("held", number)``), and a cancel signal counts only
+while the job the words' ``cancel`` names runs.
 
 Around the call the process journals the attempt's start and its outcome (``JOURNAL`` names the
 pool and its token; see :mod:`outlast.store.journal`), so a pool killed at any moment neither
@@ -27,8 +31,11 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING
+
+from outlast import boot
 
 if TYPE_CHECKING:
     from outlast.store import Journal
@@ -47,7 +54,7 @@ def main(argv: list[str]) -> int:
     shield = partial(procs.set_parent_death_signal, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    from outlast import boot, codec
+    from outlast import codec
     from outlast.errors import CorruptJob, OutlastError
     from outlast.run import context, registry
     from outlast.run.capture import Capture
@@ -56,13 +63,14 @@ def main(argv: list[str]) -> int:
     from outlast.store import open_store
 
     conn = boot.Channel(int(argv[0]))
-
-    context.install_cancel_handler()
+    running = _Running()
+    context.install_cancel_handler(running.meant)
     registry.inherit_sys_path()
     try:
         registry.import_modules(argv[2:])
         store = patiently(lambda: open_store(argv[1] or None))
-        pool, token, alive = boot.introduced(conn.fileno())
+        pool, token, alive, shared = boot.introduced(conn.fileno())
+        running.share(shared)
     except (OutlastError, EOFError, OSError, ValueError, KeyError) as exc:
         with contextlib.suppress(OSError):  # the pool says it, once
             conn.send(("error", str(exc)))
@@ -83,20 +91,23 @@ def main(argv: list[str]) -> int:
             return 0
         if message is None:
             return 0
-        job_id, attempt, doc, acked = message
+        job_id, attempt, doc, acked, number = message
         journal.written(acked)
-        try:
-            state = codec.decode(job_id, doc)
-        except CorruptJob:
-            state = None  # read it from the store instead, which says what is wrong
-        # the attempt counts from just before the function is called
-        on_start = partial(_start, journal, (job_id, attempt), pool_pid)
-        with capture.job(partial(store.log_writer, job_id)):
-            outcome = run_attempt(store, job_id, attempt, state, on_start, shield)
+        if running.skipped(number):  # taken back before it started
+            outcome: object = ("held", number)
+        else:
+            try:
+                state = codec.decode(job_id, doc)
+            except CorruptJob:
+                state = None  # read it from the store instead, which says what is wrong
+            # the attempt counts from just before the function is called
+            on_start = partial(_start, journal, (job_id, attempt), pool_pid)
+            with running.job(number), capture.job(partial(store.log_writer, job_id)):
+                outcome = run_attempt(store, job_id, attempt, state, on_start, shield)
+            journal.send_returned((job_id, attempt), outcome)
         # The outcome's record is sent, and the outcome handed to the pool while it is on
         # its way; this process lives on (shielded from its pool's death) until the record
         # is in, so the job looks alive until then and whoever reconciles it reads it.
-        journal.send_returned((job_id, attempt), outcome)
         try:
             if os.getppid() != pool_pid:
                 raise BrokenPipeError
@@ -106,6 +117,35 @@ def main(argv: list[str]) -> int:
             return 1  # the pool died meanwhile: its jobs are for whoever reconciles them
         journal.settle()
         procs.set_parent_death_signal()
+
+
+class _Running:
+    """The number of the job running now (0: none) and the words shared with the pool
+    (:class:`outlast.boot.Words`; None: the pool gave none, and sends nothing ahead)."""
+
+    def __init__(self) -> None:
+        self.number = 0
+        self.words: boot.Words | None = None
+
+    def share(self, fd: int | None) -> None:
+        if fd is not None:
+            self.words = boot.Words(fd)
+
+    def meant(self) -> bool:
+        """Whether the pool's cancel signal is for the job running now."""
+        words = self.words
+        return words is None or (self.number != 0 and words.cancel == self.number)
+
+    def skipped(self, number: int) -> bool:
+        return self.words is not None and self.words.skip == number
+
+    @contextlib.contextmanager
+    def job(self, number: int) -> Iterator[None]:
+        self.number = number
+        try:
+            yield
+        finally:
+            self.number = 0
 
 
 def preload() -> None:

@@ -25,6 +25,15 @@ dies, every job it held is seen as abandoned at once, and its job processes die 
   with other pools instead of waiting behind one. A prefetched job shows as ``running`` with
   its attempt counted; SIGTERM gives it back uncounted, and if the pool is killed it is
   retried like the others (or fails ``abandoned`` when it had no attempts left).
+- Sent ahead: while jobs are short, each busy job process is also sent its next job, which it
+  starts as soon as it has sent the outcome of the one before, without waiting for a turn of
+  the pool's loop (what that saves: BENCHMARKS.md, issue #18). Never a job with a timeout
+  (its deadline counts from a start the pool sees), nor to a process whose job is being
+  stopped. The pool takes such a job back when another process idles, when it is canceled
+  or deleted, and when the pool stops (:class:`outlast.boot.Words`: the process is told to
+  skip it; it has not started it while the outcome before is not on the channel); one whose
+  process dies goes to the fresh process. The cancel signal names its job, so one meant for
+  a job that just ended never lands on the next.
 - A job process that dies (segfault, ``os._exit``) fails only its job, which is retried while
   attempts are left; a fresh process takes its place.
 - Timeout: at the job's deadline (``outlast.current().deadline``) its process and everything
@@ -54,7 +63,7 @@ from outlast import boot, codec, config
 from outlast.errors import InvalidInput, JobNotFound, OutlastError, StoreError
 from outlast.ids import check_queue
 from outlast.machine import Outcome
-from outlast.model import ErrorCode, ErrorInfo, Kind, Status, utcnow
+from outlast.model import ErrorCode, ErrorInfo, JobState, Kind, Status, utcnow
 from outlast.run import procs, registry
 from outlast.run.execute import transition
 from outlast.run.maintain import Maintainer
@@ -72,6 +81,8 @@ PREFETCH = 8  # jobs claimed ahead per process: claims are batched, at the cost 
 PREFETCH_BELOW = 0.05  # seconds: only jobs shorter than this (on average) are claimed ahead
 ASYNC_TIMEOUT_SLACK = 1.0  # seconds past an async job's deadline before its process is killed
 KINDS = [Kind.FUNCTION, Kind.PIPELINE]  # what pools run (commands have their supervisors)
+#: A job process being started: its process, the pool's end of its channel, their words.
+Started = tuple[JobProcess, boot.Channel, boot.Words | None]
 
 
 class Pool:
@@ -132,10 +143,10 @@ class Pool:
         """Start ``n`` job processes side by side, then wait until each is ready."""
         return self._await_ready(self._spawn_many(n))
 
-    def _spawn_many(self, n: int) -> list[tuple[JobProcess, boot.Channel]]:
+    def _spawn_many(self, n: int) -> list[Started]:
         """Start ``n`` job processes without waiting for them (see :meth:`_await_ready`);
         those booted before the pool (:attr:`booted`) first."""
-        started: list[tuple[JobProcess, boot.Channel]] = []
+        started: list[Started] = []
         try:
             while self.booted and len(started) < n:
                 started.append(self._adopt(self.booted.pop(0)))
@@ -146,11 +157,11 @@ class Pool:
             raise
         return started
 
-    def _await_ready(self, started: list[tuple[JobProcess, boot.Channel]]) -> list[Slot]:
+    def _await_ready(self, started: list[Started]) -> list[Slot]:
         """Wait until each started job process says it is ready; kill them all if one
         does not."""
         try:
-            for _process, conn in started:
+            for _process, conn, _words in started:
                 try:
                     said = conn.recv() if conn.poll(60) else None
                 except (EOFError, OSError):
@@ -165,30 +176,42 @@ class Pool:
         except BaseException:
             self._abandon(started)
             raise
-        return [Slot(process, conn) for process, conn in started]
+        return [Slot(process, conn, words) for process, conn, words in started]
 
     @staticmethod
-    def _abandon(started: list[tuple[JobProcess, boot.Channel]]) -> None:
-        for process, conn in started:
+    def _abandon(started: list[Started]) -> None:
+        for process, conn, words in started:
             process.kill()
             process.reap(5)
             conn.close()
+            if words is not None:
+                words.close()
 
-    def _spawn(self) -> tuple[JobProcess, boot.Channel]:
+    def _spawn(self) -> Started:
         return self._adopt(boot.spawn(self.store.url, self.imports))
 
-    def _adopt(self, booting: boot.Booting) -> tuple[JobProcess, boot.Channel]:
-        """Introduce a started job process to this pool: its journal's names, and the
-        pool's liveness, shared (its jobs look abandoned only once this process is dead too,
-        so its journal is complete when they are reconciled)."""
+    def _adopt(self, booting: boot.Booting) -> Started:
+        """Introduce a started job process to this pool: its journal's names, the pool's
+        liveness, shared (its jobs look abandoned only once this process is dead too, so its
+        journal is complete when they are reconciled), and the words they share (none where
+        the platform has no memory files: then no job is sent ahead to it)."""
         try:
             process = JobProcess(booting.popen)  # a pidfd: can fail when out of descriptors
         except BaseException:
             booting.kill()
             raise
-        with contextlib.suppress(OSError):  # it died booting: _await_ready says so
-            boot.introduce(booting.sock, worker_name(), self.token, self.store.liveness_fd())
-        return process, boot.Channel(booting.sock.detach())
+        words, passed = None, None
+        with contextlib.suppress(OSError, AttributeError):
+            words, passed = boot.Words.create()
+        try:
+            with contextlib.suppress(OSError):  # it died booting: _await_ready says so
+                boot.introduce(
+                    booting.sock, worker_name(), self.token, self.store.liveness_fd(), passed
+                )
+        finally:
+            if passed is not None:
+                os.close(passed)
+        return process, boot.Channel(booting.sock.detach()), words
 
     def _slot_journal(self, slot: Slot) -> Journal:
         return self.store.journal(worker_name(), f"{self.token}+{slot.process.pid}")
@@ -203,31 +226,121 @@ class Pool:
 
     def _restart(self, slot: Slot) -> None:
         """Kill the slot's process (if alive) with whatever its job started, and put a fresh
-        one in its place (its journal is kept until the outcomes it holds are written)."""
+        one in its place (its journal is kept until the outcomes it holds are written). A
+        job sent ahead to it goes back to the pool's hand: it never started (its process
+        starts it only after it has sent the outcome of the one before, which the pool has
+        not read; see :meth:`_handle_deadlines`)."""
         self._kill(slot)
         slot.conn.close()
+        if slot.words is not None:
+            slot.words.close()
+        if slot.ahead is not None:
+            self.backlog.appendleft(slot.ahead)
         self._retired.append(self._slot_journal(slot))
         fresh = self._start_process()
-        slot.process, slot.conn = fresh.process, fresh.conn
-        slot.task = slot.deadline = slot.kill_at = None
+        slot.process, slot.conn, slot.words = fresh.process, fresh.conn, fresh.words
+        slot.task = slot.ahead = slot.deadline = slot.kill_at = None
+        slot.number = slot.sent = 0
         slot.lost = slot.canceling = False
         slot.unacked, slot.acked = [], []
 
     # ------------------------------------------------------------ jobs
     def _assign(self, slot: Slot, task: Task) -> None:
+        """Send ``task`` to the idle ``slot``'s process, to start now."""
         state = task.snapshot or task.state()
+        self._send(slot, task, state)
+        self._began(slot, task, state.timeout, state.name)
+
+    def _began(self, slot: Slot, task: Task, timeout: float | None, name: str) -> None:
+        """``task`` (the last job sent to ``slot``) is the one its process runs now."""
         now = time.monotonic()
-        slot.task, slot.kill_at, slot.lost, slot.started = task, None, False, now
-        slot.canceling = False
+        slot.task, slot.number, slot.kill_at, slot.lost = task, slot.sent, None, False
+        slot.started, slot.canceling = now, False
         slot.deadline = None
-        if state.timeout is not None:  # an async job is canceled at its deadline, in its
+        if timeout is not None:  # an async job is canceled at its deadline, in its
             # process; killing the process is the backstop, a little later
-            slack = ASYNC_TIMEOUT_SLACK if registry.known_async(state.name) else 0.0
-            slot.deadline = now + state.timeout + slack
-        # the claimed state goes along, so the job process need not read it back; and which
-        # of its outcomes are written since (their journal records may go)
-        slot.conn.send((task.id, task.attempt, codec.encode(state), slot.acked))
+            slack = ASYNC_TIMEOUT_SLACK if registry.known_async(name) else 0.0
+            slot.deadline = now + timeout + slack
+
+    @staticmethod
+    def _send(slot: Slot, task: Task, state: JobState) -> None:
+        # the claimed state goes along, so the job process need not read it back; which of
+        # its outcomes are written since (their journal records may go); and the job's
+        # number on the channel (see outlast.boot.Words)
+        slot.sent += 1
+        slot.conn.send((task.id, task.attempt, codec.encode(state), slot.acked, slot.sent))
         slot.acked = []
+
+    def _send_ahead(self, slot: Slot) -> bool:
+        """Send the next job at hand to ``slot``'s busy process, to start as soon as its job
+        ends (no turn of the pool's loop between them: BENCHMARKS.md, issue #18), when that
+        is safe: only while jobs are short, to a process that shares :class:`boot.Words`
+        with the pool and whose job is not being stopped, and never a job with a timeout or
+        behind one (a deadline is counted from a start the pool sees). True when sent."""
+        task = self.backlog[0]
+        state = task.snapshot
+        if (
+            slot.words is None
+            or slot.task is None
+            or slot.ahead is not None
+            or slot.deadline is not None
+            or slot.kill_at is not None
+            or state is None
+            or state.timeout is not None
+        ):
+            return False
+        try:
+            self._send(slot, task, state)
+        except OSError:  # its process died with its job: the pool reads that next
+            return False
+        self.backlog.popleft()
+        slot.ahead = task
+        return True
+
+    @staticmethod
+    def _take_back(slot: Slot) -> Task | None:
+        """Take back the job sent ahead to ``slot``, if it cannot have started: its process
+        is told to skip it, and it has not started it when the outcome of the job before
+        is not on the channel yet (the process looks at :attr:`boot.Words.skip` only after
+        it has sent that). Otherwise None: it starts, or comes back ``held``."""
+        task = slot.ahead
+        if task is None or slot.words is None:
+            return None
+        slot.words.skip = slot.sent
+        if slot.conn.poll(0):
+            return None
+        slot.ahead = None
+        return task
+
+    def _next_job(self, slot: Slot) -> None:
+        """The slot's job ended: the job sent ahead, if any, is the one running now."""
+        ahead, slot.ahead = slot.ahead, None
+        slot.task = slot.deadline = slot.kill_at = None
+        slot.lost = slot.canceling = False
+        if ahead is not None:
+            self._began(slot, ahead, None, "")  # sent ahead: it has no timeout
+            if slot.words is not None and slot.words.skip == slot.number:
+                # it was to be taken back (canceled? deleted?), too late: looked at soon
+                self._check_soon()
+
+    def _check_soon(self) -> None:
+        if self._check_at is None:
+            self._check_at = time.monotonic() + CHECK_EVERY
+
+    def _held(self, slot: Slot, number: int) -> bool:
+        """The slot's process did not start job ``number`` (taken back): if it is the one
+        the pool counts as running (the take-back came too late to know), it goes back to
+        the pool's hand, or is dropped when it is no longer the pool's to start. True when
+        the slot's job changed."""
+        task = slot.task
+        if task is None or number != slot.number:
+            return False  # taken back in time: already back in the pool's hand
+        self._next_job(slot)
+        if self._still_ours(task):
+            self.backlog.appendleft(task)
+        else:
+            self._drop([task])
+        return True
 
     def _journaled(self, task: Task, outcome: Outcome) -> tuple[Task, Outcome]:
         """An outcome the pool itself decided (a timeout, a dead process), made durable
@@ -277,6 +390,7 @@ class Pool:
         if self._retired and not self._unwritten:
             for journal in self._retired:
                 journal.discard()
+                journal.close()
             self._retired = []
 
     def _fill(self) -> int:
@@ -331,12 +445,29 @@ class Pool:
         self._mean_run = seconds if mean is None else mean + 0.2 * (seconds - mean)
 
     def _start_idle(self) -> None:
-        """Hand the jobs at hand to idle processes."""
-        for slot in self.slots:
-            if not self.backlog or self.stopping:
+        """Hand the jobs at hand to idle processes; while jobs are short, send one ahead to
+        each busy process (:meth:`_send_ahead`). With more idle processes than jobs at hand,
+        the jobs sent ahead are taken back first (a job is not left waiting behind a long
+        one while a process idles)."""
+        if self.stopping:
+            return
+        idle = [slot for slot in self.slots if slot.task is None]
+        if len(idle) > len(self.backlog):
+            for slot in self.slots:
+                if len(idle) <= len(self.backlog):
+                    break
+                taken = self._take_back(slot)
+                if taken is not None:
+                    self.backlog.appendleft(taken)
+        for slot in idle:
+            if not self.backlog:
                 return
-            if slot.task is None:
-                self._assign(slot, self.backlog.popleft())
+            self._assign(slot, self.backlog.popleft())
+        if self._mean_run is not None and self._mean_run < PREFETCH_BELOW:
+            for slot in self.slots:
+                if not self.backlog:
+                    return
+                self._send_ahead(slot)
 
     def _retries_pending(self) -> bool:
         """Whether a job of our queues is claimable, now or after its backoff (a burst run
@@ -346,9 +477,14 @@ class Pool:
     def _check_running(self) -> None:
         """React to cancels (or lost jobs) of the jobs being run: the job's process is told
         (SIGUSR1), and killed after the job's grace period (else the pool's, at most 10 s).
-        A job claimed ahead that was canceled or deleted before it started is not started."""
+        A job claimed ahead (or sent ahead) that was canceled or deleted before it started is
+        not started."""
         self._drop_stale_backlog()
         for slot in self.slots:
+            if slot.ahead is not None and not self._still_ours(slot.ahead):
+                taken = self._take_back(slot)
+                if taken is not None:
+                    self._drop([taken])
             if slot.task is None or slot.kill_at is not None:
                 continue
             try:
@@ -362,37 +498,49 @@ class Pool:
                 if state.attempts == slot.task.attempt and not state.cancel_requested:
                     continue
                 slot.canceling = state.cancel_requested  # it runs its cleanup, then ends
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(slot.process.pid, signal.SIGUSR1)
+            self._stop_job(slot)
             grace = min(self.grace, CANCEL_GRACE_MAX)
             if state is not None and state.grace is not None:
                 grace = state.grace
             slot.kill_at = time.monotonic() + grace
 
+    def _stop_job(self, slot: Slot) -> None:
+        """Tell the slot's process that its job is to stop (SIGUSR1, named by the words:
+        see :class:`boot.Words`); a job sent ahead to it is taken back."""
+        if slot.words is not None:
+            slot.words.cancel = slot.number
+            taken = self._take_back(slot)
+            if taken is not None:
+                self.backlog.appendleft(taken)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(slot.process.pid, signal.SIGUSR1)
+
     def _drop_stale_backlog(self) -> None:
-        """Drop the jobs claimed ahead that are no longer this pool's to start: canceled,
-        deleted, or no longer this attempt (a canceled pipeline with cleanup left stays
-        ``running``: it starts, and runs its cleanup)."""
-        keep: collections.deque[Task] = collections.deque()
-        dropped: list[Task] = []
-        for task in self.backlog:
-            try:
-                state = task.state()
-            except JobNotFound:
-                dropped.append(task)
-                continue
-            except OutlastError as exc:  # the store failed: looked at again at the next check
-                log.warning("cannot check job %s: %s", task.id, exc)
-                keep.append(task)
-                continue
-            if state.status == Status.RUNNING and state.attempts == task.attempt:
-                keep.append(task)
-            else:
-                dropped.append(task)
-        if dropped:
-            self.backlog = keep
-            self.store.release_worker_locks(dropped)
-            self.journal.written((task.id, task.attempt or 0) for task in dropped)
+        """Drop the jobs claimed ahead that are no longer this pool's to start."""
+        keep = [task for task in self.backlog if self._still_ours(task)]
+        if len(keep) < len(self.backlog):
+            dropped = [task for task in self.backlog if task not in keep]
+            self.backlog = collections.deque(keep)
+            self._drop(dropped)
+
+    def _still_ours(self, task: Task) -> bool:
+        """Whether a job claimed and not started is still this pool's to start: not
+        canceled, deleted, or taken by another attempt (a canceled pipeline with cleanup
+        left stays ``running``: it starts, and runs its cleanup). True when the store
+        cannot say (looked at again at the next check)."""
+        try:
+            state = task.state()
+        except JobNotFound:
+            return False
+        except OutlastError as exc:
+            log.warning("cannot check job %s: %s", task.id, exc)
+            return True
+        return state.status == Status.RUNNING and state.attempts == task.attempt
+
+    def _drop(self, tasks: list[Task]) -> None:
+        """Let go of jobs claimed and never started that are no longer the pool's."""
+        self.store.release_worker_locks(tasks)
+        self.journal.written((task.id, task.attempt or 0) for task in tasks)
 
     def _check_locks(self) -> None:
         """Stop the jobs whose worker lock the store took away (a killed PostgreSQL lock
@@ -402,20 +550,23 @@ class Pool:
             if task is not None and slot.kill_at is None and not task.lock_alive():
                 log.warning("lost the worker lock of job %s: stopping it", task.id)
                 slot.lost = True
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(slot.process.pid, signal.SIGUSR1)
+                self._stop_job(slot)
                 slot.kill_at = time.monotonic() + min(self.grace, CANCEL_GRACE_MAX)
 
     # ------------------------------------------------------------ events of the loop
     def _handle_ready(self, ready: list[int]) -> None:
         done: list[tuple[Task, Outcome]] = []
         died: list[Slot] = []
+        freed = False
         for slot in self.slots:
             if slot.conn.fileno() in ready:
                 try:
                     outcome = slot.conn.recv()
                 except (EOFError, OSError):
                     died.append(slot)
+                    continue
+                if isinstance(outcome, tuple):  # ("held", number): not started
+                    freed = self._held(slot, outcome[1]) or freed
                     continue
                 if slot.task is not None:
                     # a job stopped for a lost lock is not canceled: it is abandoned, and
@@ -426,8 +577,7 @@ class Pool:
                         slot.unacked.append((slot.task.id, slot.task.attempt or 0))
                     done.append((slot.task, outcome))
                     self._note_run(time.monotonic() - slot.started)
-                slot.task = slot.deadline = slot.kill_at = None
-                slot.lost = slot.canceling = False
+                self._next_job(slot)
             elif slot.process.sentinel >= 0 and slot.process.sentinel in ready:
                 died.append(slot)
         for slot in died:
@@ -441,7 +591,7 @@ class Pool:
                 outcome = Outcome("gone" if slot.lost else "fail", error=error)
                 done.append(self._journaled(slot.task, outcome))
             self._restart(slot)
-        if done:
+        if done or freed:
             self._claim_due = True  # a process is free: look for its next job
         self._record(done)  # queued first: written even if handing out the next job fails
         self._start_idle()  # the freed processes go on at once; the outcomes are written next
@@ -455,6 +605,8 @@ class Pool:
             if task is None:
                 continue
             if slot.kill_at is not None and now >= slot.kill_at:
+                if slot.ahead is not None and slot.conn.poll(0):
+                    continue  # its job ended meanwhile: read first (the next may run now)
                 if slot.canceling and not slot.lost:  # its cleanup outlived the grace
                     error = ErrorInfo(
                         ErrorCode.CANCELED,
@@ -541,6 +693,11 @@ class Pool:
 
     def _turn(self, listener: Listener, backoff: float) -> bool:
         """One turn of the loop; True when the pool is done."""
+        if self.stopping:  # what was sent ahead and has not started is given back
+            for slot in self.slots:
+                taken = self._take_back(slot)
+                if taken is not None:
+                    self.backlog.appendleft(taken)
         if self._unwritten and not self.backlog and all(s.task is None for s in self.slots):
             # idle: the outcomes first (their waiters see them a claim sooner), then look
             # for more work; a busy pool hands out the next job first and writes later
@@ -624,10 +781,12 @@ class Pool:
         jobs back, attempt uncounted."""
         for slot in self.slots:
             if slot.task is not None:
-                task, slot.task = slot.task, None
+                tasks = [slot.task] if slot.ahead is None else [slot.task, slot.ahead]
+                slot.task = slot.ahead = None
                 self._kill(slot)
-                task.release()
-                task.release_worker_lock()
+                for task in tasks:
+                    task.release()
+                    task.release_worker_lock()
 
     def _shutdown(self) -> None:
         self._flush()
@@ -644,12 +803,16 @@ class Pool:
             slot.process.kill()
             slot.process.reap(2)
             slot.conn.close()
+            if slot.words is not None:
+                slot.words.close()
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        if not self._unwritten:  # everything is written: the journals have done their part
-            for journal in [self.journal, *self._retired, *map(self._slot_journal, self.slots)]:
+        journals = [self.journal, *self._retired, *map(self._slot_journal, self.slots)]
+        for journal in journals:
+            if not self._unwritten:  # everything is written: the journals have done their part
                 journal.discard()
+            journal.close()  # (else they stay, for whoever reconciles the jobs)
 
 
 def fork_job_processes(n: int, url: str | None, imports: list[str]) -> list[boot.Booting]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from outlast.boot import Channel, Process
+from outlast.boot import Channel, Process, Words
 from outlast.store import Store, Task
 
 log = logging.getLogger("outlast.worker")
@@ -67,11 +67,18 @@ class JobProcess:
 
 @dataclass
 class Slot:
-    """One job process and the job it runs, if any."""
+    """One job process, the job it runs, if any, and the job sent ahead to it, if any."""
 
     process: JobProcess
     conn: Channel
+    #: What the pool and the process share (None: nothing is sent ahead to this one).
+    words: Words | None = None
     task: Task | None = None
+    #: The job sent to the process to start once ``task`` ends (see outlast.run.pool).
+    ahead: Task | None = None
+    #: The channel numbers of ``task`` and of the last job sent (see outlast.boot.Words).
+    number: int = 0
+    sent: int = 0
     deadline: float | None = None
     kill_at: float | None = None
     #: The job's worker lock was lost: whatever its process says, nothing is written.

@@ -92,6 +92,10 @@ class Journal:
     def discard(self) -> None:
         """Remove the journal (its writer ended, with everything written)."""
 
+    def close(self) -> None:
+        """Let go of what the journal holds open (a file, a connection) as its writer ends,
+        whether it was discarded or keeps records for whoever reconciles its jobs."""
+
 
 def journal_name(worker: str, label: str) -> str:
     return f"{worker_file_name(worker)}+{label}"
@@ -132,11 +136,14 @@ class FileJournal(Journal):
             self._keep.pop(key, None)
 
     def discard(self) -> None:
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
 
     def _append(self, data: bytes) -> bool:
         try:

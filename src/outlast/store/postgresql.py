@@ -873,6 +873,16 @@ class _PgJournal(Journal):
         if pending is not None:
             self._guarded("journal an outcome", lambda: pending.__exit__(None, None, None))
 
+    def close(self) -> None:
+        """Wait for what was sent, then close the connection (its settings are this
+        journal's, ``synchronous_commit`` off: it is not given back to be reused), which
+        lets go of a shared lock still held."""
+        self.settle()
+        conn, self._conn, self._held = self._conn, None, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
     def _run(self, what: str, sql: str, params: Sequence[Any], wait: bool = True) -> bool:
         """One statement on the journal's connection (after what was sent before is
         answered); ``wait=False``: sent in a pipeline, answered in :meth:`settle`."""

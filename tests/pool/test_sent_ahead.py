@@ -1,0 +1,250 @@
+"""A pool sends a busy job process its next job before the current one ends (while jobs are
+short): the process starts it as soon as it has sent the outcome before, without a turn of
+the pool's loop between them. What that must never cost, on every store:
+
+- a job is not left waiting behind a long one while another process idles (taken back);
+- a pool stopped with a job sent ahead gives it back unstarted (attempt uncounted), and a
+  process that dies with one sent ahead leaves it to the next process; it runs later, once;
+- a cancel meant for one job never lands on the job after it (the words name the job), and a
+  job taken back is never started (:class:`outlast.boot.Words`, at the job process itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from outlast import boot, codec
+from outlast.machine import Outcome
+from outlast.model import Kind, Status
+from outlast.run import pool as pool_module
+from outlast.run.api import create_job
+from outlast.run.pool import Pool
+from outlast.run.slots import Slot
+from outlast.store import Store, open_store
+from tests.pool import jobs_for_tests
+from tests.pool.conftest import read_lines
+from tests.waiting import until
+
+WARM_UP = 4  # short jobs first: the pool sends ahead only once it knows its jobs are short
+
+
+@pytest.fixture(autouse=True)
+def short(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every job counts as short (the pool's measure of its jobs is timing: not in a test)."""
+    monkeypatch.setattr(pool_module, "PREFETCH_BELOW", 600.0)
+
+
+def _warm_up(store: Store) -> None:
+    for i in range(WARM_UP):
+        create_job(store, "pt.noop", [i], {}, queue="mine", priority=9)
+
+
+def _behind(pool: Pool, job_id: str) -> Slot | None:
+    """The slot whose process has ``job_id`` sent ahead to it, if any."""
+    return next((s for s in pool.slots if s.ahead is not None and s.ahead.id == job_id), None)
+
+
+@contextlib.contextmanager
+def _running(pool: Pool) -> Iterator[threading.Thread]:
+    """The pool run on a thread of this process (its job processes are real), stopped at
+    the end."""
+    runner = threading.Thread(target=pool.run)
+    runner.start()
+    try:
+        yield runner
+    finally:
+        pool.stop()
+        runner.join(60)
+    assert not runner.is_alive()
+
+
+def _long_jobs(store: Store, tmp_path: Path, n: int) -> tuple[list[str], list[Path]]:
+    """Short jobs, then ``n`` long cooperative jobs."""
+    _warm_up(store)
+    marks = [tmp_path / f"long{i}.txt" for i in range(n)]
+    longs = [
+        create_job(store, "pt.cooperative", [str(m)], {}, queue="mine", priority=5).id
+        for m in marks
+    ]
+    return longs, marks
+
+
+def _short_job_behind(store: Store, tmp_path: Path, marks: list[Path]) -> tuple[str, Path]:
+    """Once every long job runs: a short job, sent ahead to a busy process (none idles)."""
+    for m in marks:
+        until(lambda m=m: read_lines(m) == ["started"] or None, 30, "a long job")
+    short_marks = tmp_path / "short.txt"
+    short = create_job(store, "pt.mark_start", [str(short_marks)], {}, queue="mine").id
+    return short, short_marks
+
+
+@pytest.mark.timeout(120)
+def test_a_job_sent_ahead_is_taken_back_when_another_process_idles(
+    tmp_path: Path, url: str
+) -> None:
+    with open_store(url) as store:
+        longs, marks = _long_jobs(store, tmp_path, 2)
+        pool = Pool(store, concurrency=2, queues=["mine"], imports=[jobs_for_tests.MODULE])
+        with _running(pool):
+            short, short_marks = _short_job_behind(store, tmp_path, marks)
+            slot = until(lambda: _behind(pool, short), 10, "the short job to be sent ahead")
+            assert slot.task is not None and slot.task.id in longs
+            assert read_lines(short_marks) == []  # behind a job that runs for a minute
+            # the other long job ends: its process idles, so the short job is taken back
+            # from behind the one still running and runs there
+            other = next(job for job in longs if job != slot.task.id)
+            store.open(other).cancel()
+            until(lambda: store.get(short).terminal or None, 30, "the short job")
+            done = store.get(short)
+            assert done.status == Status.SUCCEEDED and done.attempts == 1
+            assert len(read_lines(short_marks)) == 1
+            still = store.get(slot.task.id)
+            assert still.status == Status.RUNNING
+            assert read_lines(marks[longs.index(still.id)]) == ["started"]
+            # the process it was taken from goes on: its job, then the next one sent to it
+            store.open(slot.task.id).cancel()
+            until(lambda: store.get(still.id).terminal or None, 30, "the long job to stop")
+            after = create_job(store, "pt.noop", ["after"], {}, queue="mine").id
+            until(lambda: store.get(after).terminal or None, 30, "a job after them")
+            assert store.get(after).status == Status.SUCCEEDED
+
+
+@pytest.mark.timeout(120)
+def test_a_pool_stopped_gives_back_a_job_sent_ahead_unstarted(tmp_path: Path, url: str) -> None:
+    with open_store(url) as store:
+        [long], marks = _long_jobs(store, tmp_path, 1)
+        pool = Pool(
+            store, concurrency=1, queues=["mine"], imports=[jobs_for_tests.MODULE], grace=30
+        )
+        with _running(pool) as runner:
+            short, short_marks = _short_job_behind(store, tmp_path, marks)
+            allowed = store.get(short).max_attempts
+            until(lambda: _behind(pool, short), 10, "the short job to be sent ahead")
+            pool.stop()  # the long job has its grace: it is canceled meanwhile
+            until(lambda: pool.slots[0].ahead is None or None, 10, "the short job's take-back")
+            store.open(long).cancel()
+            runner.join(60)
+        assert store.get(long).status == Status.CANCELED
+        back = store.get(short)
+        # given back: the attempt is not counted against it (attempts is the fencing token)
+        assert back.status == Status.PENDING and back.max_attempts == allowed + 1, back
+        assert read_lines(short_marks) == []
+        # and it runs, once, under the next pool
+        pool = Pool(
+            store, concurrency=1, queues=["mine"], imports=[jobs_for_tests.MODULE], burst=True
+        )
+        pool.run()
+        assert store.get(short).status == Status.SUCCEEDED
+        assert len(read_lines(short_marks)) == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_job_sent_ahead_to_a_process_that_dies_runs_on_the_next(tmp_path: Path, url: str) -> None:
+    with open_store(url) as store:
+        [long], marks = _long_jobs(store, tmp_path, 1)
+        pool = Pool(store, concurrency=1, queues=["mine"], imports=[jobs_for_tests.MODULE])
+        with _running(pool):
+            short, short_marks = _short_job_behind(store, tmp_path, marks)
+            slot = until(partial(_behind, pool, short), 10, "the short job to be sent ahead")
+            dead = slot.process.pid
+            os.kill(dead, signal.SIGKILL)  # with its job, and the one sent ahead to it
+            until(lambda: store.get(short).terminal or None, 30, "the short job")
+            assert pool.slots[0].process.pid != dead
+            done = store.get(short)
+            assert done.status == Status.SUCCEEDED and done.attempts == 1, done
+            assert len(read_lines(short_marks)) == 1
+            # the long job's attempt failed with its process (pt.cooperative: one attempt)
+            until(lambda: store.get(long).terminal or None, 30, "the long job's end")
+            assert store.get(long).status == Status.FAILED
+        # a pool that stopped holds nothing open (the journal of the outcome it wrote for
+        # the dead process kept a connection on PostgreSQL: one was left for the collector)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            del pool, slot
+            gc.collect()
+        assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
+
+
+# ---------------------------------------------------------------- at the job process
+
+
+class _Process:
+    """One real job process introduced as a pool's (this test's) with shared words."""
+
+    def __init__(self, store: Store) -> None:
+        booting = boot.spawn(store.url, [jobs_for_tests.MODULE])
+        self.popen = booting.popen
+        self.words, passed = boot.Words.create()
+        try:
+            boot.introduce(booting.sock, "test-pool", "token", store.liveness_fd(), passed)
+        finally:
+            os.close(passed)
+        self.conn = boot.Channel(booting.sock.detach())
+        assert self.conn.poll(60) and self.conn.recv() == "ready"
+        self.sent = 0
+
+    def send(self, store: Store, job_id: str) -> int:
+        [task] = store.claim(None, 1, ["proc"], [Kind.FUNCTION])
+        assert task.id == job_id and task.snapshot is not None
+        self.sent += 1
+        self.conn.send((task.id, task.attempt, codec.encode(task.snapshot), [], self.sent))
+        return self.sent
+
+    def cancel(self, number: int) -> None:
+        self.words.cancel = number
+        os.kill(self.popen.pid, signal.SIGUSR1)
+
+    def outcome(self) -> object:
+        assert self.conn.poll(30), "no answer from the job process"
+        return self.conn.recv()
+
+    def close(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait()
+        self.conn.close()
+        self.words.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_cancel_signal_is_for_the_job_it_names_and_a_job_taken_back_never_starts(
+    tmp_path: Path, url: str
+) -> None:
+    with open_store(url) as store:
+        marks = [tmp_path / f"{name}.txt" for name in ("first", "second", "skipped")]
+        jobs = [create_job(store, "pt.cooperative", [str(m)], {}, queue="proc").id for m in marks]
+        proc = _Process(store)
+        try:
+            first, second = proc.send(store, jobs[0]), proc.send(store, jobs[1])
+            until(lambda: read_lines(marks[0]) == ["started"] or None, 30, "the first job")
+            assert read_lines(marks[1]) == []  # sent ahead: it waits for the first
+            proc.cancel(first)
+            said = proc.outcome()
+            assert isinstance(said, Outcome) and said.verb == "cancel", said
+            until(lambda: read_lines(marks[1]) == ["started"] or None, 30, "the second job")
+            # a late signal meant for the first job (the pool had not read its outcome yet)
+            proc.cancel(first)
+            time.sleep(0.3)  # the job looks for a cancel every 20 ms
+            assert read_lines(marks[1]) == ["started"] and not proc.conn.poll(0)
+            proc.cancel(second)
+            said = proc.outcome()
+            assert isinstance(said, Outcome) and said.verb == "cancel", said
+            assert read_lines(marks[1]) == ["started", "stopped"]
+            # a job taken back (its number set as skip before the process looks) is held
+            proc.words.skip = proc.sent + 1
+            skipped = proc.send(store, jobs[2])
+            assert proc.outcome() == ("held", skipped)
+            assert read_lines(marks[2]) == []
+        finally:
+            proc.close()
