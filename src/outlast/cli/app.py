@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from outlast.cli import render
+from outlast.cli import quiet_stdout, reader_gone, render
 from outlast.errors import CorruptJob, InvalidInput, JobNotFound, OutlastError, StoreError
 from outlast.model import EventStatus, JobState, Status
 from outlast.store import Store, open_store
@@ -236,6 +236,10 @@ class Command(click.Command):
         formatter.write_text(f"Exit codes: {codes}; {_EXITS_COMMON}.")
 
 
+class _ReaderGone(Exception):
+    """The reader of this process's output went away (see :meth:`Cli.invoke`)."""
+
+
 class Cli(click.Group):
     """Turns outlast's errors and click's usage errors into one line on stderr: exit 2 for a
     user's error, 5 when the store failed."""
@@ -246,6 +250,19 @@ class Cli(click.Group):
     #: Set by :func:`run_cli` (the real command line, not a test's runner): a verb of
     #: :data:`QUICK_EXIT` then ends the process at once once its output is flushed.
     quick_exit = False
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the verb. A broken pipe is told apart here, before click's ``main`` sees it
+        (which ends any, with exit 1 and no word): the reader of our output went away
+        (``outlast ls | head -1``: exit 0, quietly), or a pipe of outlast's own broke, an
+        error with its traceback."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            if reader_gone():
+                quiet_stdout()
+                raise _ReaderGone from None
+            raise RuntimeError(f"a pipe of outlast's own broke: {exc}") from exc
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
@@ -272,7 +289,12 @@ class Cli(click.Group):
             self._leave(EXIT_USAGE)
         except KeyboardInterrupt:
             self._leave(130)
-        except BrokenPipeError:
+        except _ReaderGone:
+            self._leave(0)
+        except BrokenPipeError:  # outside a verb
+            if not reader_gone():
+                raise
+            quiet_stdout()
             self._leave(0)
         self._leave(code if isinstance(code, int) else 0)
 
