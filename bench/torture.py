@@ -5,7 +5,9 @@ promised and records the full profile's figures.
 Sections (each prints its figures and every broken promise; exit 1 if any):
 
 - ``kills``: per store (SQLite, files, PostgreSQL), pools (``outlast worker -c 2``) drain a
-  stream of short jobs (``torture_jobs.work``: 10-100 ms of sleep between two records) while
+  stream of short jobs (``torture_jobs.work``: half of them 0-5 ms of sleep between two
+  records, half 10-100 ms, so the pools' moving mean is under ``PREFETCH_BELOW`` and they
+  claim ahead and send jobs ahead to busy processes, ``outlast.run.pool``) while
   the harness SIGKILLs one pool at a random moment every 0.1-0.5 s and starts another. After
   each kill it reconciles as ``outlast status`` would until no job is held by the dead pool
   (detection time). At the end the last pools stop, one ``--burst`` pool drains the rest, and
@@ -165,7 +167,9 @@ def _archive(store: Store, archive: dict[str, JobState]) -> None:
 
 def _submit(store: Store, records: Path, n: int) -> None:
     for _ in range(n):
-        create_job(store, "torture.work", [str(records), round(random.uniform(0.01, 0.1), 3)], {})
+        short = random.random() < 0.5  # (jobs sent ahead, taken back, killed with them)
+        seconds = random.uniform(0.0, 0.005) if short else random.uniform(0.01, 0.1)
+        create_job(store, "torture.work", [str(records), round(seconds, 4)], {})
 
 
 @contextlib.contextmanager
