@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from outlast.model import Kind, Status
+from outlast.run import pool as pool_module
 from outlast.run.api import create_job
 from outlast.run.pool import Pool
 from outlast.store import open_store
@@ -66,10 +67,13 @@ def test_a_pool_sleeps_through_other_queues_jobs(tmp_path: Path, url: str) -> No
 
 
 @pytest.mark.timeout(120)
-def test_a_job_canceled_while_claimed_ahead_never_starts(tmp_path: Path, url: str) -> None:
+def test_a_job_canceled_while_claimed_ahead_never_starts(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Short jobs are claimed ahead of the free processes, and one is sent ahead to each
     busy process; a cancel of one of those (it is ``running``, not started) drops it from
     the pool's hand: it never runs, whether it was sent ahead or held by the pool."""
+    monkeypatch.setattr(pool_module, "AHEAD_BEHIND_MAX", 600.0)  # behind the blocker
     with open_store(url) as store:
         blocker_marks, marker_marks = tmp_path / "blocker.txt", tmp_path / "marker.txt"
         # claimed in this order: a short job (then the pool claims ahead), the blocker, the

@@ -41,8 +41,10 @@ WARM_UP = 4  # short jobs first: the pool sends ahead only once it knows its job
 
 @pytest.fixture(autouse=True)
 def short(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every job counts as short (the pool's measure of its jobs is timing: not in a test)."""
+    """Every job counts as short (the pool's measure of its jobs is timing: not in a test),
+    and a job may wait behind a long one (what the tests send ahead waits behind one)."""
     monkeypatch.setattr(pool_module, "PREFETCH_BELOW", 600.0)
+    monkeypatch.setattr(pool_module, "AHEAD_BEHIND_MAX", 600.0)
 
 
 def _warm_up(store: Store) -> None:
@@ -118,6 +120,41 @@ def test_a_job_sent_ahead_is_taken_back_when_another_process_idles(
             after = create_job(store, "pt.noop", ["after"], {}, queue="mine").id
             until(lambda: store.get(after).terminal or None, 30, "a job after them")
             assert store.get(after).status == Status.SUCCEEDED
+
+
+@pytest.mark.timeout(120)
+def test_a_job_is_not_sent_ahead_behind_a_job_that_runs_long(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jobs claimed after it never overtake a job held behind a long one: with both
+    processes on long jobs nothing is sent ahead to them, and the first process free takes
+    the jobs in the claim's order."""
+    monkeypatch.setattr(pool_module, "AHEAD_BEHIND_MAX", 0.05)  # the pool's own rule
+    with open_store(url) as store:
+        longs, marks = _long_jobs(store, tmp_path, 2)
+        pool = Pool(store, concurrency=2, queues=["mine"], imports=[jobs_for_tests.MODULE])
+        with _running(pool):
+            for m in marks:
+                until(lambda m=m: read_lines(m) == ["started"] or None, 30, "a long job")
+            time.sleep(0.1)  # both have run longer than AHEAD_BEHIND_MAX
+            order = tmp_path / "order.txt"
+            first = create_job(store, "pt.mark_start", [str(order)], {}, queue="mine", priority=3)
+            later = [
+                create_job(store, "pt.mark_start", [str(order)], {}, queue="mine").id
+                for _ in range(6)
+            ]
+            ids = [first.id, *later]
+            # claimed (the pool holds one per process in hand while all are busy)
+            until(lambda: store.get(first.id).status == Status.RUNNING or None, 30, "a claim")
+            # (a job sent ahead would go to the first process's; the second one frees)
+            freed = pool.slots[1].task
+            assert freed is not None and freed.id in longs
+            store.open(freed.id).cancel()
+            until(lambda: all(store.get(j).terminal for j in ids) or None, 30, "the short jobs")
+            assert [line.split()[0] for line in read_lines(order)] == ids
+            other = next(job for job in longs if job != freed.id)
+            assert store.get(other).status == Status.RUNNING  # they did not wait for it
+            store.open(other).cancel()
 
 
 @pytest.mark.timeout(120)

@@ -29,8 +29,9 @@ dies, every job it held is seen as abandoned at once, and its job processes die 
   starts as soon as it has sent the outcome of the one before, without waiting for a turn of
   the pool's loop (what that saves: BENCHMARKS.md, issue #18). Never a job with a timeout
   (its deadline counts from a start the pool sees), nor to a process whose job is being
-  stopped. The pool takes such a job back when another process idles, when it is canceled
-  or deleted, and when the pool stops (:class:`outlast.boot.Words`: the process is told to
+  stopped or has run long (``AHEAD_BEHIND_MAX``). The pool takes such a job back when the
+  job it waits behind runs long, when another process idles, when it is canceled or
+  deleted, and when the pool stops (:class:`outlast.boot.Words`: the process is told to
   skip it; it has not started it while the outcome before is not on the channel); one whose
   process dies goes to the fresh process. The cancel signal names its job, so one meant for
   a job that just ended never lands on the next.
@@ -79,6 +80,10 @@ FLUSH_DELAY = 0.005  # seconds an outcome may wait to be written with others (wh
 FLUSH_BATCH = 16  # outcomes written at once without waiting out FLUSH_DELAY
 PREFETCH = 8  # jobs claimed ahead per process: claims are batched, at the cost of holding them
 PREFETCH_BELOW = 0.05  # seconds: only jobs shorter than this (on average) are claimed ahead
+#: Seconds: a job sent ahead is taken back once the job it waits behind has run this long
+#: (and none is sent ahead behind one), so that it does not wait behind a long job while
+#: the other processes go on with the jobs claimed after it.
+AHEAD_BEHIND_MAX = 0.05
 ASYNC_TIMEOUT_SLACK = 1.0  # seconds past an async job's deadline before its process is killed
 KINDS = [Kind.FUNCTION, Kind.PIPELINE]  # what pools run (commands have their supervisors)
 #: A job process being started: its process, the pool's end of its channel, their words.
@@ -271,12 +276,13 @@ class Pool:
         slot.conn.send((task.id, task.attempt, codec.encode(state), slot.acked, slot.sent))
         slot.acked = []
 
-    def _send_ahead(self, slot: Slot) -> bool:
+    def _send_ahead(self, slot: Slot, now: float) -> bool:
         """Send the next job at hand to ``slot``'s busy process, to start as soon as its job
         ends (no turn of the pool's loop between them: BENCHMARKS.md, issue #18), when that
         is safe: only while jobs are short, to a process that shares :class:`boot.Words`
-        with the pool and whose job is not being stopped, and never a job with a timeout or
-        behind one (a deadline is counted from a start the pool sees). True when sent."""
+        with the pool and whose job is neither being stopped nor running long (over
+        ``AHEAD_BEHIND_MAX``), and never a job with a timeout or behind one (a deadline is
+        counted from a start the pool sees). True when sent."""
         task = self.backlog[0]
         state = task.snapshot
         if (
@@ -285,6 +291,7 @@ class Pool:
             or slot.ahead is not None
             or slot.deadline is not None
             or slot.kill_at is not None
+            or now - slot.started > AHEAD_BEHIND_MAX
             or state is None
             or state.timeout is not None
         ):
@@ -446,28 +453,43 @@ class Pool:
 
     def _start_idle(self) -> None:
         """Hand the jobs at hand to idle processes; while jobs are short, send one ahead to
-        each busy process (:meth:`_send_ahead`). With more idle processes than jobs at hand,
-        the jobs sent ahead are taken back first (a job is not left waiting behind a long
-        one while a process idles)."""
+        each busy process (:meth:`_send_ahead`), once those that should not wait where they
+        are were taken back (:meth:`_take_back_waiting`)."""
         if self.stopping:
             return
-        idle = [slot for slot in self.slots if slot.task is None]
-        if len(idle) > len(self.backlog):
-            for slot in self.slots:
-                if len(idle) <= len(self.backlog):
-                    break
-                taken = self._take_back(slot)
-                if taken is not None:
-                    self.backlog.appendleft(taken)
-        for slot in idle:
+        now = time.monotonic()
+        self._take_back_waiting(now)
+        for slot in self.slots:
             if not self.backlog:
                 return
-            self._assign(slot, self.backlog.popleft())
+            if slot.task is None:
+                self._assign(slot, self.backlog.popleft())
         if self._mean_run is not None and self._mean_run < PREFETCH_BELOW:
             for slot in self.slots:
                 if not self.backlog:
                     return
-                self._send_ahead(slot)
+                self._send_ahead(slot, now)
+
+    def _take_back_waiting(self, now: float) -> None:
+        """Take back a job sent ahead when the job it waits behind has run long (it goes
+        first to the next process free, in the claim's order, instead of waiting while the
+        jobs claimed after it run), and while more processes idle than there are jobs at
+        hand."""
+        for slot in self.slots:
+            if slot.ahead is not None and now - slot.started > AHEAD_BEHIND_MAX:
+                self._give_back_ahead(slot)
+        idle = sum(1 for slot in self.slots if slot.task is None)
+        for slot in self.slots:
+            if idle <= len(self.backlog):
+                return
+            self._give_back_ahead(slot)
+
+    def _give_back_ahead(self, slot: Slot) -> None:
+        """The job sent ahead to ``slot`` back to the front of the pool's hand, if it can
+        be taken back (:meth:`_take_back`)."""
+        taken = self._take_back(slot)
+        if taken is not None:
+            self.backlog.appendleft(taken)
 
     def _retries_pending(self) -> bool:
         """Whether a job of our queues is claimable, now or after its backoff (a burst run
@@ -509,9 +531,7 @@ class Pool:
         see :class:`boot.Words`); a job sent ahead to it is taken back."""
         if slot.words is not None:
             slot.words.cancel = slot.number
-            taken = self._take_back(slot)
-            if taken is not None:
-                self.backlog.appendleft(taken)
+            self._give_back_ahead(slot)
         with contextlib.suppress(ProcessLookupError):
             os.kill(slot.process.pid, signal.SIGUSR1)
 
@@ -695,9 +715,7 @@ class Pool:
         """One turn of the loop; True when the pool is done."""
         if self.stopping:  # what was sent ahead and has not started is given back
             for slot in self.slots:
-                taken = self._take_back(slot)
-                if taken is not None:
-                    self.backlog.appendleft(taken)
+                self._give_back_ahead(slot)
         if self._unwritten and not self.backlog and all(s.task is None for s in self.slots):
             # idle: the outcomes first (their waiters see them a claim sooner), then look
             # for more work; a busy pool hands out the next job first and writes later
