@@ -5,9 +5,10 @@ promised and records the full profile's figures.
 Sections (each prints its figures and every broken promise; exit 1 if any):
 
 - ``kills``: per store (SQLite, files, PostgreSQL), pools (``outlast worker -c 2``) drain a
-  stream of short jobs (``torture_jobs.work``: half of them 0-5 ms of sleep between two
-  records, half 10-100 ms, so the pools' moving mean is under ``PREFETCH_BELOW`` and they
-  claim ahead and send jobs ahead to busy processes, ``outlast.run.pool``) while
+  stream of short jobs (``torture_jobs.work``: 10-100 ms of sleep between two records; in
+  the full profile, or with ``--short-jobs 50``, half of them 0-5 ms instead, so the pools'
+  moving mean is under ``PREFETCH_BELOW`` and they send jobs ahead to busy processes,
+  ``outlast.run.pool``: RELIABILITY.md says what that found) while
   the harness SIGKILLs one pool at a random moment every 0.1-0.5 s and starts another. After
   each kill it reconciles as ``outlast status`` would until no job is held by the dead pool
   (detection time). At the end the last pools stop, one ``--burst`` pool drains the rest, and
@@ -22,7 +23,7 @@ Sections (each prints its figures and every broken promise; exit 1 if any):
 - ``corruption``, ``disk-full``, ``hostile-clients``: see ``torture_edges.py``.
 
     python bench/torture.py [--quick] [--only kills,pg-restart] [--stores sqlite,files]
-        [--kills N] [--pg URL]
+        [--kills N] [--short-jobs PERCENT] [--pg URL]
 
 ``--quick`` (about two minutes) runs in ``scripts/test``; the full profile (1,000 kills per
 store, 10 server restarts, 2,000 streams) takes about 40 minutes on two cores.
@@ -71,6 +72,8 @@ PROFILES: dict[str, dict[str, int]] = {
     "quick": {"kills": 12, "pools": 2, "supervisors": 4, "restarts": 2, "restart_jobs": 600},
     "full": {"kills": 1000, "pools": 3, "supervisors": 50, "restarts": 10, "restart_jobs": 4000},
 }
+#: The percentage of the kill sections' jobs that are 0-5 ms (the rest: 10-100 ms), by profile.
+SHORT_JOBS = {"quick": 0, "full": 50}
 
 
 # ---------------------------------------------------------------------------- processes
@@ -165,9 +168,9 @@ def _archive(store: Store, archive: dict[str, JobState]) -> None:
         store.delete(state.id)
 
 
-def _submit(store: Store, records: Path, n: int) -> None:
+def _submit(store: Store, records: Path, n: int, short_share: float = 0.0) -> None:
     for _ in range(n):
-        short = random.random() < 0.5  # (jobs sent ahead, taken back, killed with them)
+        short = random.random() < short_share  # (jobs sent ahead, taken back, killed with them)
         seconds = random.uniform(0.0, 0.005) if short else random.uniform(0.01, 0.1)
         create_job(store, "torture.work", [str(records), round(seconds, 4)], {})
 
@@ -290,7 +293,7 @@ def _kill_cycles(
     store: Store, url: str, folder: Path, records: Path, profile: dict[str, int], section: Section
 ) -> None:
     pools = Pools(url, folder)
-    _submit(store, records, 300)
+    _submit(store, records, 300, profile["short_jobs"] / 100)
     for _ in range(profile["pools"]):
         pools.start()
     deaths: dict[int, float] = {}  # job process pid -> when its pool was killed
@@ -319,7 +322,7 @@ def _kill_cycles(
         else:
             detection.append(took)
         if len(store.list(Status.PENDING, limit=200)) < 150:
-            _submit(store, records, 300)
+            _submit(store, records, 300, profile["short_jobs"] / 100)
         if (kill + 1) % 50 == 0:  # keep the store small (the files store scans it)
             _archive(store, archive)
     elapsed = time.monotonic() - t_start
@@ -535,10 +538,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stores", default="sqlite,files,postgresql")
     parser.add_argument("--kills", type=int, help="SIGKILL cycles per store")
     parser.add_argument("--pg", default=PG, help="the PostgreSQL server for the kill cycles")
+    parser.add_argument(
+        "--short-jobs", type=int, help="percent of the kill sections' jobs that are 0-5 ms"
+    )
     args = parser.parse_args(argv)
-    profile = dict(PROFILES["quick" if args.quick else "full"])
+    name = "quick" if args.quick else "full"
+    profile = dict(PROFILES[name], short_jobs=SHORT_JOBS[name])
     if args.kills:
         profile["kills"] = args.kills
+    if args.short_jobs is not None:
+        if not 0 <= args.short_jobs <= 100:
+            parser.error("--short-jobs is a percentage, 0 to 100")
+        profile["short_jobs"] = args.short_jobs
     only = set(args.only.split(",")) if args.only else None
     stores = args.stores.split(",")
     plan: list[tuple[str, Callable[[], Section]]] = [
