@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 
 
@@ -44,6 +42,9 @@ def reader_gone() -> bool:
 def quiet_stdout() -> None:
     """Point standard output at /dev/null once its reader went away: what is still buffered
     is dropped at exit instead of failing again there (Python's own advice)."""
+    import contextlib
+    import os
+
     with contextlib.suppress(AttributeError, ValueError, OSError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -537,10 +537,12 @@ class Pool:
 
     def _drop_stale_backlog(self) -> None:
         """Drop the jobs claimed ahead that are no longer this pool's to start."""
-        keep = [task for task in self.backlog if self._still_ours(task)]
-        if len(keep) < len(self.backlog):
-            dropped = [task for task in self.backlog if task not in keep]
-            self.backlog = collections.deque(keep)
+        keep: collections.deque[Task] = collections.deque()
+        dropped: list[Task] = []
+        for task in self.backlog:
+            (keep if self._still_ours(task) else dropped).append(task)
+        if dropped:
+            self.backlog = keep
             self._drop(dropped)
 
     def _still_ours(self, task: Task) -> bool:
