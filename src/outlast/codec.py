@@ -56,9 +56,6 @@ def _loads(raw: bytes) -> Any:
         return json.loads(raw.decode("utf-8"))
 
 
-_TIMES = ("run_after", "pid_started_at", "created_at", "started_at", "updated_at", "finished_at")
-
-
 def encode(state: JobState) -> bytes:
     """The stored document: exactly ``state.to_dict()`` as compact JSON.
 
@@ -69,8 +66,14 @@ def encode(state: JobState) -> bytes:
     """
     if state.fired is not None:  # a nested time: written by to_dict, in the one format
         return _dumps(state.to_dict())
-    for name in _TIMES:
-        value = getattr(state, name)
+    for value in (  # the state's times (a tuple of attributes: on every write's path)
+        state.run_after,
+        state.pid_started_at,
+        state.created_at,
+        state.started_at,
+        state.updated_at,
+        state.finished_at,
+    ):
         if value is not None and (value.microsecond == 0 or value.tzinfo is not UTC):
             return _dumps(state.to_dict())
     try:

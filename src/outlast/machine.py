@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from outlast.errors import InvalidInput, InvalidTransition
-from outlast.frozen import FrozenList
+from outlast.frozen import FrozenList, freeze
 from outlast.ids import DEDICATED, check_queue, new_id
 from outlast.model import (
     JSON,
@@ -308,7 +308,7 @@ def _add_job(
         states.append(state)
         return state if template is None and PER_JOB.issuperset(item) else template
     call = item.get("call", template.call)
-    if call is not None:
+    if call is not template.call:
         if not isinstance(call, Call):
             raise InvalidInput("call must be an outlast.model.Call")
         check_json(call.args, "the job's arguments")
@@ -317,12 +317,18 @@ def _add_job(
     if payload is not template.payload:
         if payload is not None and not isinstance(payload, Mapping):
             raise InvalidInput("payload must be a JSON object")
-        payload = check_json(dict(payload or {}), "payload")
+        payload = freeze(check_json(dict(payload or {}), "payload"))
     limit_key = item.get("limit_key", template.limit_key)
-    check_limit(limit_key, template.limit)
-    values = {**template.__dict__, "id": new_id(), "call": call, "payload": payload}
-    values["limit_key"] = limit_key
-    states.append(JobState.build(values))
+    if limit_key is not template.limit_key:
+        check_limit(limit_key, template.limit)
+    # the template's fields (checked, frozen, in field order) with this job's own: what
+    # JobState.build would make of them, without walking every field again
+    state = object.__new__(JobState)
+    own = state.__dict__
+    own.update(template.__dict__)
+    own["id"] = new_id()
+    own["call"], own["payload"], own["limit_key"] = call, payload, limit_key
+    states.append(state)
     return template
 
 

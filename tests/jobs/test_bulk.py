@@ -167,3 +167,20 @@ def test_a_batch_checks_each_jobs_own_parts(store: Store) -> None:
     tasks = store.create_many([{}, {"priority": 5}, {}], common={"name": "p", "priority": 1})
     assert [t.state().priority for t in tasks] == [1, 5, 1]
     assert len(store.list(limit=None)) == 3
+
+
+def test_a_call_may_be_any_sequence_or_mapping(store: Store) -> None:
+    """A tuple, a range or a read-only mapping is a call as a list or a dict is; a string
+    is not (it would be a call of its characters)."""
+    from types import MappingProxyType
+
+    calls = [(1,), range(2, 3), MappingProxyType({"value": 4})]
+    states = [t.state() for t in submit_many(jobs_for_tests.noop, calls, store=store)]
+    assert [(list(s.call.args), dict(s.call.kwargs)) for s in states if s.call] == [
+        ([1], {}),
+        ([2], {}),
+        ([], {"value": 4}),
+    ]
+    with pytest.raises(InvalidInput, match=r"job 1: a call is a list .* not str"):
+        submit_many(jobs_for_tests.noop, ["7"], store=store)
+    assert len(store.list(limit=None)) == 3

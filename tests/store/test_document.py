@@ -149,6 +149,15 @@ def test_the_stored_encoding_is_exactly_to_dict(state: JobState) -> None:
         assert value is None or (len(value) == 32 and value.endswith("+00:00")), (name, value)
 
 
+@pytest.mark.parametrize("name", [*TIME_FIELDS, "pid_started_at"])
+def test_every_time_of_a_whole_second_is_written_with_its_fraction(name: str) -> None:
+    """Each time the encoder checks by name: a whole second (which orjson writes without
+    ".000000") of any of them is written in the one format."""
+    state = full_state().evolve(**{name: T0.replace(microsecond=0)})
+    value = json.loads(codec.encode(state))[name]
+    assert value == "2026-11-29T18:11:10.000000+00:00", value
+
+
 def test_progress_event_round_trip() -> None:
     events = [
         ProgressEvent("job1", 1, T0, "job", EventStatus.STARTED, {"attempt": 1}),

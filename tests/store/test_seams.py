@@ -436,3 +436,23 @@ def test_a_sql_store_reuses_a_state_only_while_its_stored_bytes_are_the_same(
     store.delete(job.id)
     with pytest.raises(JobNotFound):
         store.get(job.id)
+
+
+def test_the_state_cache_keeps_the_newest_states_and_lets_the_oldest_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``StateCache`` holds at most ``STATE_CACHE`` states: past it the oldest written goes
+    first (a state written again keeps its place), whatever the number of writes."""
+    from outlast.store import sql
+
+    monkeypatch.setattr(sql, "STATE_CACHE", 3)
+    cache = sql.StateCache()
+    states = [JobState(id=f"j{i}", kind=Kind.FUNCTION, name="f") for i in range(6)]
+    for state in states[:3]:
+        cache.remember(state, b"doc", 1)
+    cache.remember(states[0], b"doc", 2)  # again: still the oldest
+    cache.remember(states[3], b"doc", 1)
+    assert cache.guess("j0") is None and cache.guess("j1") is not None
+    for state in states[4:]:
+        cache.remember(state, b"doc", 1)
+    assert [s.id for s in states if cache.guess(s.id)] == ["j3", "j4", "j5"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from outlast import when
 from outlast.errors import InvalidInput, OutlastError
-from outlast.model import Kind
+from outlast.model import Call, Kind
 from outlast.run import registry
 from outlast.run.api import Options, _spec, call_fields, default_store, job_fields, shared_fields
 from outlast.run.registry import JobSpec
@@ -42,13 +42,48 @@ def submit_many(
     transaction per :attr:`Store.CREATE_BATCH` jobs (BENCHMARKS.md, issue #18)."""
     spec, options = _spec_and_options(job)
     shared = shared_fields(spec, **options)
-    given_key = shared["limit_key"]
-    made = []
-    for n, item in enumerate(calls):
-        if n >= MANY_MAX:
-            raise InvalidInput(f"submit_many queues at most {MANY_MAX:,} jobs a call")
-        made.append(_numbered(n, lambda item=item: _call_of(spec, item, given_key)))
+    made = _calls(spec, calls, shared["limit_key"])
     return (store or default_store()).create_many(made, common=shared)
+
+
+def _calls(spec: JobSpec, calls: Iterable[Any], limit_key: str | None) -> list[dict[str, Any]]:
+    """Each item of ``calls`` as :meth:`Store.create_many`'s fields of its job, checked as
+    :func:`call_fields` checks one call; an error names the job."""
+    if spec.kind == Kind.PIPELINE or (limit_key is None and spec.limit_key is not None):
+        made = []  # a payload or a key per call: each made whole
+        for n, item in enumerate(calls):
+            if n >= MANY_MAX:
+                raise InvalidInput(f"submit_many queues at most {MANY_MAX:,} jobs a call")
+            made.append(_numbered(n, lambda item=item: _call_of(spec, item, limit_key)))
+        return made
+    # A function's call, nothing more, per job (the batch's template gives the rest: its
+    # payload is empty and its limit key the batch's): what call_fields makes of it.
+    module, root, check = spec.module, registry.module_root(spec.module), registry.check_call
+    made = []
+    n = 0
+    try:
+        for n, item in enumerate(calls):
+            if n >= MANY_MAX:
+                break
+            kind = type(item)
+            if kind is list or kind is tuple:
+                args, kwargs = list(item), {}
+            elif isinstance(item, Mapping):
+                args, kwargs = [], dict(item)
+            elif isinstance(item, Sequence) and not isinstance(item, str | bytes):
+                args, kwargs = list(item), {}
+            else:
+                raise InvalidInput(
+                    "a call is a list of arguments or a dict of keyword arguments, "
+                    f"not {type(item).__name__}"
+                )
+            check(spec, args, kwargs)
+            made.append({"call": Call(module, args, kwargs, root)})
+    except OutlastError as exc:
+        raise InvalidInput(f"job {n + 1}: {exc}") from None
+    if n >= MANY_MAX:
+        raise InvalidInput(f"submit_many queues at most {MANY_MAX:,} jobs a call")
+    return made
 
 
 def create_lines(store: Store, name: str, lines: Iterable[Mapping[str, Any]]) -> list[Task]:
