@@ -1,7 +1,7 @@
 """Before/after, paired (issue #18): the same figure from two copies of outlast's source, run
 alternately, medians. How this session's changes were measured (BENCHMARKS.md).
 
-    python bench/pair_bench.py latency|first|submit|drain BEFORE_SRC AFTER_SRC
+    python bench/pair_bench.py latency|first|submit|bulk|drain BEFORE_SRC AFTER_SRC
         [--store sqlite|postgresql]
         [--reps 5] [--jobs 200] [--pg postgresql://postgres@127.0.0.1:5432/test]
 
@@ -17,6 +17,8 @@ install's path comes after it) and compiles it first.
 - ``submit``: ``--jobs`` no-op jobs submitted one call at a time by one process into a fresh
   store (after one unmeasured): jobs/s, the p50 and p99 of one call in ms, and the share of
   the time spent in calls slower than 3x the p50 (SQLite's checkpoints land there).
+- ``bulk``: ``--jobs`` no-op calls (one argument each) queued by one ``submit_many`` into a
+  fresh store, three times in one process (the first unmeasured): jobs/s, the median.
 - ``drain``: ``--jobs`` no-op jobs queued with one ``submit_many`` (not timed), then one
   ``outlast worker -c 2 --burst`` drains them: jobs/s between the first job's first line and
   the last job's return (the jobs' own clocks: no polling), and the worker's wall time
@@ -47,6 +49,11 @@ import outlast
 def stamp() -> list:
     start = time.time()
     return [start, time.time()]
+
+
+@outlast.job(name="pair.echo", attempts=1)
+def echo(value: int) -> int:
+    return value
 """
 LATENCY = """
 import json, os, statistics, sys, time
@@ -86,6 +93,20 @@ p50 = took[n // 2]
 slow = sum(t for t in took if t > 3 * p50) / total
 print(json.dumps([n / total, p50 * 1e3, took[int(0.99 * (n - 1))] * 1e3, slow * 100]))
 """
+BULK = """
+import json, os, statistics, sys, time
+import outlast, pair_jobs
+outlast.use_store(os.environ["OUTLAST_STORE"])
+n = int(sys.argv[1])
+rates = []
+for i in range(4):
+    calls = [[i] for i in range(n)]
+    t = time.perf_counter()
+    outlast.submit_many(pair_jobs.echo, calls)
+    if i:
+        rates.append(n / (time.perf_counter() - t))
+print(json.dumps([statistics.median(rates)]))
+"""
 DRAIN = """
 import json, os, subprocess, sys, time
 import outlast, pair_jobs
@@ -120,7 +141,7 @@ print(json.dumps([(time.monotonic() - t0) * 1e3]), flush=True)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("figure", choices=["latency", "first", "submit", "drain"])
+    parser.add_argument("figure", choices=["latency", "first", "submit", "bulk", "drain"])
     parser.add_argument("before")
     parser.add_argument("after")
     parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
@@ -144,6 +165,7 @@ def main() -> None:
         "latency": ["submit→start p50 ms", "finish→seen p50 ms"],
         "first": ["ms"],
         "submit": ["jobs/s", "p50 ms", "p99 ms", "% in slow calls"],
+        "bulk": ["jobs/s"],
         "drain": ["jobs/s", "worker wall s"],
     }[args.figure]
     for label, tree in zip(("before", "after"), trees, strict=True):
@@ -164,8 +186,8 @@ def _one(args: argparse.Namespace, tree: str, work: Path) -> list[float]:
     env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{work}", OUTLAST_STORE=url)
     py = sys.executable
     try:
-        if args.figure in ("submit", "drain"):
-            script = SUBMIT if args.figure == "submit" else DRAIN
+        if args.figure in ("submit", "bulk", "drain"):
+            script = {"submit": SUBMIT, "bulk": BULK, "drain": DRAIN}[args.figure]
             out = subprocess.run(
                 [py, "-c", script, str(args.jobs)], env=env, capture_output=True, check=True
             ).stdout
