@@ -308,7 +308,7 @@ def _add_job(
         states.append(state)
         return state if template is None and PER_JOB.issuperset(item) else template
     call = item.get("call", template.call)
-    if call is not template.call:
+    if call is not None and call is not template.call:  # the template's was checked
         if not isinstance(call, Call):
             raise InvalidInput("call must be an outlast.model.Call")
         check_json(call.args, "the job's arguments")
