@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -75,3 +76,29 @@ def test_a_forked_child_checkpoints_on_a_thread_of_its_own(tmp_path: Path) -> No
         _, status = os.waitpid(pid, 0)
         assert said == b"1"  # the parent's thread did not come along; its own started
         assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_new_connection_waits_for_a_lock_held_while_it_sets_itself_up(tmp_path: Path) -> None:
+    # a server thread's first write opened its writing connection while another connection
+    # held the database's lock for a moment (the last one out checkpoints and removes the WAL
+    # under an exclusive lock): the set-up's PRAGMA failed at once and "database is locked"
+    # reached an HTTP client as a 500; the set-up waits now, and the writer still has no busy
+    # handler of its own (see SQLiteStore._begin)
+    path = tmp_path / "s.db"
+    store = open_store(f"sqlite://{path}")
+    job = store.create(command=["true"])
+    store.close()
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("PRAGMA locking_mode=EXCLUSIVE")
+    other.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(0.3, other.close)
+    release.start()
+    try:
+        writer = store._connect(0)  # type: ignore[attr-defined]
+    finally:
+        release.join()
+    assert writer.execute("PRAGMA busy_timeout").fetchone() == (0,)
+    assert writer.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    writer.close()
+    with open_store(f"sqlite://{path}") as again:
+        assert again.get(job.id).status == "pending"

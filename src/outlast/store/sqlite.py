@@ -317,9 +317,10 @@ class SQLiteStore(_local.LocalStore, SqlStore):
 
     # ------------------------------------------------------------------ connections
     def _connect(self, busy_ms: int) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path, timeout=busy_ms / 1000, isolation_level=None, check_same_thread=False
-        )
+        # the set-up waits for a lock (a new connection may find the WAL being recovered or
+        # removed by another's close: "database is locked" reached an HTTP client once);
+        # then the connection's own busy wait
+        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA busy_timeout={busy_ms}")
