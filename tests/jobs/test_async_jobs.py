@@ -33,6 +33,18 @@ def test_an_async_job_runs_and_returns(pool: Harness, mode: str) -> None:
     assert [e.step for e in pool.store.events(said)][1:2] == ["said"]
 
 
+def test_an_async_pool_runs_a_plain_function_in_a_thread(pool: Harness) -> None:
+    # its outcomes as in a process pool: a return, a failure with its traceback
+    fine = pool.submit("py.one", 41)
+    bad = pool.submit("py.boom", "not this")
+    _async_worker(pool, "--import", pyjobs.MODULE)
+    state = pool.wait_for(fine)
+    assert (state.status, state.result) == (Status.SUCCEEDED, 41)
+    failed = pool.wait_for(bad)
+    assert failed.status == Status.FAILED and failed.error is not None
+    assert "not this" in failed.error.message and "_deep" in (failed.error.traceback or "")
+
+
 @pytest.mark.parametrize("mode", ["process", "async"])
 def test_cancel_cancels_the_coroutine(pool: Harness, tmp_path: Path, mode: str) -> None:
     marker = tmp_path / "marker"

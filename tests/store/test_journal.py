@@ -16,9 +16,10 @@ import pytest
 
 from outlast.machine import Outcome
 from outlast.run.api import create_job
+from outlast.run.execute import run_attempt
 from outlast.store import journal, open_store, worker_name
 from outlast.store.journal import NOT_STARTED, STARTED, FileJournal, read_fates
-from tests.pool import jobs_for_tests  # noqa: F401  (registers pt.noop)
+from tests.pool import jobs_for_tests  # registers pt.noop and pt.record
 from tests.waiting import until
 
 WORKER = "host.example:12"
@@ -234,5 +235,48 @@ def test_a_sweep_keeps_the_journal_of_a_worker_that_died_while_it_listed_jobs(
         back = store.reconcile(state)
         assert back.status == "pending", back  # given back, not failed over
         assert (back.attempts, back.max_attempts) == (state.attempts, state.max_attempts + 1)
+    finally:
+        store.close()
+
+
+def test_nothing_but_the_call_comes_between_the_start_record_and_the_function(
+    tmp_path: Path,
+) -> None:
+    """A pool's job process journals the start in ``on_start`` and dies with its pool from
+    then on: an attempt killed before its function's first line is counted but never run, so
+    no Python code of outlast's may run in that moment (its arguments are thawed before, its
+    trace span opened before). The first function entered after ``on_start`` returns is the
+    job's own; and an ``on_start`` that says no gives the attempt back, uncalled."""
+    store = open_store(f"sqlite://{tmp_path}/s.db")
+    try:
+        out = tmp_path / "out"
+        job = create_job(store, "pt.record", [str(out)], {"sleep": 0.0})
+        [task] = store.claim(limit=1)
+        entered: list[str] = []
+
+        def watch(frame: Any, event: str, arg: Any) -> None:
+            if event == "call":
+                entered.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+                sys.setprofile(None)  # the first one is all this asks
+
+        def on_start() -> bool:
+            sys.setprofile(watch)  # from here on, every Python function entered
+            return True
+
+        assert task.attempt is not None
+        outcome = run_attempt(store, job.id, task.attempt, None, on_start)
+        sys.setprofile(None)
+        assert outcome.verb == "succeed", outcome
+        assert entered == [f"{jobs_for_tests.__file__}:record"]
+        assert out.read_text().splitlines() == [job.id]
+        task.release_worker_lock()
+
+        again = create_job(store, "pt.record", [str(out)], {})
+        [task] = store.claim(limit=1)
+        assert task.id == again.id and task.attempt is not None
+        refused = run_attempt(store, again.id, task.attempt, None, lambda: False)
+        assert refused.verb == "release"
+        assert out.read_text().splitlines() == [job.id]  # not called
+        task.release_worker_lock()
     finally:
         store.close()

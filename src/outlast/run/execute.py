@@ -25,16 +25,22 @@ from outlast.store import Store, Task, Transition
 log = logging.getLogger("outlast.worker")
 
 
-def _call(spec: registry.JobSpec, task: Task, state: JobState) -> Any:
+def _call(
+    spec: registry.JobSpec, task: Task, state: JobState, on_start: Callable[[], bool] | None
+) -> Any:
     if state.kind == Kind.PIPELINE:
+        _start(on_start)
         return run_pipeline(spec, task, state)
     if state.call is None:
+        _start(on_start)
         raise Fail("the job has no call (module, args, kwargs) to run")
     # the function gets its own copies: what it does to them never reaches the stored state
     args, kwargs = thaw(state.call.args), thaw(state.call.kwargs)
     if spec.is_async:
+        _start(on_start)
         _arguments(spec, state.call)
         return run_async(spec.fn, args, kwargs)
+    _start(on_start)  # the last thing before the call: see run_attempt
     try:
         return spec.fn(*args, **kwargs)
     except TypeError as exc:
@@ -43,6 +49,15 @@ def _call(spec: registry.JobSpec, task: Task, state: JobState) -> Any:
         if exc.__traceback__ is not None and exc.__traceback__.tb_next is None:
             _arguments(spec, state.call)
         raise
+
+
+def _start(on_start: Callable[[], bool] | None) -> None:
+    if on_start is not None and not on_start():
+        raise _NotStarted
+
+
+class _NotStarted(Exception):
+    """``on_start`` said no: the function is not called, the attempt is given back."""
 
 
 def _arguments(spec: registry.JobSpec, call: Call) -> tuple[list[Any], dict[str, Any]]:
@@ -94,14 +109,20 @@ def run_async(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -
 
 
 def _attempt(
-    spec: registry.JobSpec, task: Task, state: JobState, on_return: Callable[[], None] | None
+    spec: registry.JobSpec,
+    task: Task,
+    state: JobState,
+    on_start: Callable[[], bool] | None,
+    on_return: Callable[[], None] | None,
 ) -> Outcome:
     try:
         try:
-            result = _call(spec, task, state)
+            result = _call(spec, task, state, on_start)
         finally:
             if on_return is not None:
                 on_return()
+    except _NotStarted:
+        return Outcome("release")
     except Exception as exc:
         return outcome_of(exc)
     return succeeded(result)
@@ -161,7 +182,7 @@ async def _aattempt(spec: registry.JobSpec, task: Task, state: JobState) -> Outc
                     raise TimedOut("the job ran past its timeout") from None
                 raise
         else:
-            result = await asyncio.to_thread(_call, spec, task, state)
+            result = await asyncio.to_thread(_call, spec, task, state, None)
     except asyncio.CancelledError:
         return Outcome("cancel")
     except Exception as exc:
@@ -187,10 +208,13 @@ def run_attempt(
 ) -> Outcome:
     """Run attempt ``attempt`` of ``job_id`` here and say how it ended (nothing is written
     but what the job reports itself). ``state``: the job as claimed, when the caller has it
-    (else it is read from the store); ``on_start`` is called just before the job's function
-    (a pool's job process journals the start there): if it says False, the function is not
-    called and the attempt is given back (``release``); ``on_return`` the moment the function
-    returns or raises, before anything else."""
+    (else it is read from the store); ``on_start`` is called just before the job's function,
+    once its arguments are ready, with nothing but the call after it (a pool's job process
+    journals the start there, and dies with its pool from then on: the shorter the moment
+    between the record and the function's first line, the rarer an attempt counted but
+    never started); if it says False, the function is not called and the attempt is given
+    back (``release``); ``on_return`` the moment the function returns or raises, before
+    anything else."""
     task = Task(store, job_id, attempt=attempt)
     if state is None:
         try:
@@ -206,10 +230,8 @@ def run_attempt(
             return Outcome(
                 "fail", error=machine.error_info(Fail(f"cannot load job: {exc}")), retry=False
             )
-        if on_start is not None and not on_start():
-            return Outcome("release")
         with tracing.job_span(state) as span:
-            outcome = _attempt(spec, task, state, on_return)
+            outcome = _attempt(spec, task, state, on_start, on_return)
             if span is not None:
                 tracing.end_attempt(span, outcome.verb, *_error_of(outcome))
         return outcome
