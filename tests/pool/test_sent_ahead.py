@@ -95,6 +95,10 @@ def _short_job_behind(store: Store, tmp_path: Path, marks: list[Path]) -> tuple[
 def test_a_job_sent_ahead_is_taken_back_when_another_process_idles(
     tmp_path: Path, url: str
 ) -> None:
+    """And nothing more is sent ahead to that process until it has read the job taken back
+    (it does when its job ends; ``skip`` names one job, the last taken back: a second
+    take-back would start the first there as well as where it went, as 19 of 1,000 kill
+    cycles did)."""
     with open_store(url) as store:
         longs, marks = _long_jobs(store, tmp_path, 2)
         pool = Pool(store, concurrency=2, queues=["mine"], imports=[jobs_for_tests.MODULE])
@@ -114,12 +118,31 @@ def test_a_job_sent_ahead_is_taken_back_when_another_process_idles(
             still = store.get(slot.task.id)
             assert still.status == Status.RUNNING
             assert read_lines(marks[longs.index(still.id)]) == ["started"]
+            # the other process busy again (with a timeout: nothing is sent ahead behind
+            # it), then a second short job: not sent ahead behind the unread take-back
+            again = tmp_path / "again.txt"
+            busy = create_job(
+                store, "pt.cooperative", [str(again)], {}, queue="mine", timeout=60
+            ).id
+            until(lambda: read_lines(again) == ["started"] or None, 30, "another long job")
+            second_marks = tmp_path / "second.txt"
+            second = create_job(store, "pt.mark_start", [str(second_marks)], {}, queue="mine").id
+            until(lambda: store.get(second).status == Status.RUNNING or None, 30, "its claim")
+            time.sleep(0.2)  # (where the pool would send it ahead)
+            sent_behind = _behind(pool, second) is slot
+            store.open(busy).cancel()  # it runs where a process frees
+            until(lambda: store.get(second).terminal or None, 30, "the second short job")
             # the process it was taken from goes on: its job, then the next one sent to it
-            store.open(slot.task.id).cancel()
+            store.open(still.id).cancel()
             until(lambda: store.get(still.id).terminal or None, 30, "the long job to stop")
             after = create_job(store, "pt.noop", ["after"], {}, queue="mine").id
             until(lambda: store.get(after).terminal or None, 30, "a job after them")
             assert store.get(after).status == Status.SUCCEEDED
+        for job, job_marks in ((short, short_marks), (second, second_marks)):
+            state = store.get(job)
+            assert (state.status, state.attempts) == (Status.SUCCEEDED, 1), state
+            assert len(read_lines(job_marks)) == 1, f"{job} ran {read_lines(job_marks)}"
+        assert not sent_behind, "sent ahead behind an unread take-back"
 
 
 @pytest.mark.timeout(120)

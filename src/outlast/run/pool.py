@@ -245,7 +245,7 @@ class Pool:
         fresh = self._start_process()
         slot.process, slot.conn, slot.words = fresh.process, fresh.conn, fresh.words
         slot.task = slot.ahead = slot.deadline = slot.kill_at = None
-        slot.number = slot.sent = 0
+        slot.number = slot.sent = slot.unanswered = 0
         slot.lost = slot.canceling = False
         slot.unacked, slot.acked = [], []
 
@@ -289,6 +289,7 @@ class Pool:
             slot.words is None
             or slot.task is None
             or slot.ahead is not None
+            or slot.unanswered
             or slot.deadline is not None
             or slot.kill_at is not None
             or now - slot.started > AHEAD_BEHIND_MAX
@@ -317,6 +318,7 @@ class Pool:
         if slot.conn.poll(0):
             return None
         slot.ahead = None
+        slot.unanswered = slot.sent  # skip must stay until the process has read it
         return task
 
     def _next_job(self, slot: Slot) -> None:
@@ -339,6 +341,8 @@ class Pool:
         the pool counts as running (the take-back came too late to know), it goes back to
         the pool's hand, or is dropped when it is no longer the pool's to start. True when
         the slot's job changed."""
+        if number == slot.unanswered:
+            slot.unanswered = 0  # read: skip may name another job now
         task = slot.task
         if task is None or number != slot.number:
             return False  # taken back in time: already back in the pool's hand
