@@ -28,26 +28,25 @@ log = logging.getLogger("outlast.worker")
 def _call(
     spec: registry.JobSpec, task: Task, state: JobState, on_start: Callable[[], bool] | None
 ) -> Any:
-    if state.kind == Kind.PIPELINE:
-        _start(on_start)
-        return run_pipeline(spec, task, state)
-    if state.call is None:
-        _start(on_start)
-        raise Fail("the job has no call (module, args, kwargs) to run")
+    call = state.call
     # the function gets its own copies: what it does to them never reaches the stored state
-    args, kwargs = thaw(state.call.args), thaw(state.call.kwargs)
-    if spec.is_async:
-        _start(on_start)
-        _arguments(spec, state.call)
-        return run_async(spec.fn, args, kwargs)
+    args, kwargs = ([], {}) if call is None else (thaw(call.args), thaw(call.kwargs))
+    is_async = spec.is_async  # (a cached property: a Python call the first time)
     _start(on_start)  # the last thing before the call: see run_attempt
+    if state.kind == Kind.PIPELINE:
+        return run_pipeline(spec, task, state)
+    if call is None:
+        raise Fail("the job has no call (module, args, kwargs) to run")
+    if is_async:
+        _arguments(spec, call)
+        return run_async(spec.fn, args, kwargs)
     try:
         return spec.fn(*args, **kwargs)
     except TypeError as exc:
         # raised by the call itself, not inside the function: the arguments do not fit it
         # (checked only then, so a call that fits costs nothing)
         if exc.__traceback__ is not None and exc.__traceback__.tb_next is None:
-            _arguments(spec, state.call)
+            _arguments(spec, call)
         raise
 
 
