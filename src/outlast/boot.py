@@ -280,7 +280,7 @@ class Words:
     "sent ahead"). The cancel signal (SIGUSR1) names no job, so one meant for the job that just
     ended could land on the next: the process's handler acts only when :attr:`cancel` is the
     number of the job it runs. And a job sent ahead is taken back by setting :attr:`skip` to
-    its number: the process answers ``("held", number)`` instead of starting it (the pool
+    its number: the process answers ``(number, "held")`` instead of starting it (the pool
     knows it has not started when no outcome is waiting on the channel after the write: the
     process reads :attr:`skip` only after it has sent the outcome before)."""
 

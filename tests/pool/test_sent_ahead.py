@@ -146,6 +146,46 @@ def test_a_job_sent_ahead_is_taken_back_when_another_process_idles(
 
 
 @pytest.mark.timeout(120)
+def test_an_outcome_is_written_only_to_the_job_it_came_from(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every answer of a job process names its job's number; one the pool does not count as
+    running there is never written to the job that does (the second guard behind
+    ``Slot.unanswered``): the process is stopped, that job fails as its process would have
+    died, and the pool goes on. Made here by sending one job under a number the pool does not
+    count (the bug it guards against ran a job the pool had taken back)."""
+    marks = tmp_path / "confused.txt"
+    real_send = Pool._send
+    confused: list[str] = []
+
+    def send(slot: Slot, task: object, state: object) -> None:
+        if getattr(task, "id", None) == confused[0] and slot.sent == slot.number:
+            slot.sent += 100  # the process answers for job #sent+100+1
+            try:
+                real_send(slot, task, state)  # type: ignore[arg-type]
+            finally:
+                slot.sent -= 100
+            return
+        real_send(slot, task, state)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Pool, "_send", staticmethod(send))
+    with open_store(url) as store:
+        job = create_job(store, "pt.mark_start", [str(marks)], {}, queue="mine", attempts=1).id
+        confused.append(job)
+        pool = Pool(store, concurrency=1, queues=["mine"], imports=[jobs_for_tests.MODULE])
+        with _running(pool):
+            until(lambda: store.get(job).terminal or None, 30, "the job")
+            after = create_job(store, "pt.noop", ["after"], {}, queue="mine").id
+            until(lambda: store.get(after).terminal or None, 30, "a job after it")
+            assert store.get(after).status == Status.SUCCEEDED
+        state = store.get(job)
+        assert len(read_lines(marks)) == 1  # it ran; its answer was not believed
+        assert state.status == Status.FAILED, state
+        assert state.error is not None and "answered for another job" in state.error.message
+        assert any("answered for job #" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.timeout(120)
 def test_a_job_is_not_sent_ahead_behind_a_job_that_runs_long(
     tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -265,7 +305,7 @@ class _Process:
         self.words.cancel = number
         os.kill(self.popen.pid, signal.SIGUSR1)
 
-    def outcome(self) -> object:
+    def outcome(self) -> tuple[int, object]:
         assert self.conn.poll(30), "no answer from the job process"
         return self.conn.recv()
 
@@ -290,21 +330,21 @@ def test_a_cancel_signal_is_for_the_job_it_names_and_a_job_taken_back_never_star
             until(lambda: read_lines(marks[0]) == ["started"] or None, 30, "the first job")
             assert read_lines(marks[1]) == []  # sent ahead: it waits for the first
             proc.cancel(first)
-            said = proc.outcome()
-            assert isinstance(said, Outcome) and said.verb == "cancel", said
+            number, said = proc.outcome()
+            assert number == first and isinstance(said, Outcome) and said.verb == "cancel"
             until(lambda: read_lines(marks[1]) == ["started"] or None, 30, "the second job")
             # a late signal meant for the first job (the pool had not read its outcome yet)
             proc.cancel(first)
             time.sleep(0.3)  # the job looks for a cancel every 20 ms
             assert read_lines(marks[1]) == ["started"] and not proc.conn.poll(0)
             proc.cancel(second)
-            said = proc.outcome()
-            assert isinstance(said, Outcome) and said.verb == "cancel", said
+            number, said = proc.outcome()
+            assert number == second and isinstance(said, Outcome) and said.verb == "cancel"
             assert read_lines(marks[1]) == ["started", "stopped"]
             # a job taken back (its number set as skip before the process looks) is held
             proc.words.skip = proc.sent + 1
             skipped = proc.send(store, jobs[2])
-            assert proc.outcome() == ("held", skipped)
+            assert proc.outcome() == (skipped, "held")
             assert read_lines(marks[2]) == []
         finally:
             proc.close()

@@ -8,11 +8,12 @@ booted it reads the pool's introduction there (the pool's name and token, and th
 of its liveness lock, see :meth:`outlast.store.Store.liveness_fd`, held so that the pool's jobs
 stay alive while this process lives, and the memory file of the :class:`outlast.boot.Words`
 they share), says ``"ready"``, then takes ``(job_id, attempt, document, acked, number)`` in
-and sends the attempt's outcome back, in order. The document is the job as claimed, so a job
+and sends ``(number, outcome)`` back, in order. The document is the job as claimed, so a job
 starts without reading the store. ``number`` counts the jobs sent (1, 2, …): the pool may send
 the next job before the current one ends; a job whose number the pool set as the words'
-``skip`` is not started (the answer is ``("held", number)``), and a cancel signal counts only
-while the job the words' ``cancel`` names runs.
+``skip`` is not started (the answer is ``(number, "held")``), and a cancel signal counts only
+while the job the words' ``cancel`` names runs. Every answer names its job's number, so the
+pool never writes an outcome to a job other than the one it came from.
 
 Around the call the process journals the attempt's start and its outcome (``JOURNAL`` names the
 pool and its token; see :mod:`outlast.store.journal`), so a pool killed at any moment neither
@@ -94,7 +95,7 @@ def main(argv: list[str]) -> int:
         job_id, attempt, doc, acked, number = message
         journal.written(acked)
         if running.skipped(number):  # taken back before it started
-            outcome: object = ("held", number)
+            outcome: object = "held"
         else:
             try:
                 state = codec.decode(job_id, doc)
@@ -111,7 +112,7 @@ def main(argv: list[str]) -> int:
         try:
             if os.getppid() != pool_pid:
                 raise BrokenPipeError
-            conn.send(outcome)
+            conn.send((number, outcome))
         except OSError:
             journal.settle()
             return 1  # the pool died meanwhile: its jobs are for whoever reconciles them

@@ -582,38 +582,50 @@ class Pool:
     # ------------------------------------------------------------ events of the loop
     def _handle_ready(self, ready: list[int]) -> None:
         done: list[tuple[Task, Outcome]] = []
-        died: list[Slot] = []
+        died: list[tuple[Slot, str | None]] = []  # and why, when it did not die by itself
         freed = False
         for slot in self.slots:
             if slot.conn.fileno() in ready:
                 try:
-                    outcome = slot.conn.recv()
+                    number, outcome = slot.conn.recv()
                 except (EOFError, OSError):
-                    died.append(slot)
+                    died.append((slot, None))
                     continue
-                if isinstance(outcome, tuple):  # ("held", number): not started
-                    freed = self._held(slot, outcome[1]) or freed
+                if outcome == "held":  # taken back: not started
+                    freed = self._held(slot, number) or freed
                     continue
-                if slot.task is not None:
-                    # a job stopped for a lost lock is not canceled: it is abandoned, and
-                    # whoever reconciles it fails it over
-                    if slot.lost:
-                        outcome = Outcome("gone")
-                    elif outcome.verb != "gone":
-                        slot.unacked.append((slot.task.id, slot.task.attempt or 0))
-                    done.append((slot.task, outcome))
-                    self._note_run(time.monotonic() - slot.started)
+                if slot.task is None or number != slot.number:
+                    # never: the pool and its process disagree on which job ran (the guard
+                    # behind Slot.unanswered); the process goes, and its outcome with it
+                    log.error(
+                        "job process %s answered for job #%s while #%s ran there: stopped",
+                        slot.process.pid,
+                        number,
+                        slot.number if slot.task is not None else "none",
+                    )
+                    died.append((slot, "answered for another job, and was stopped"))
+                    continue
+                # a job stopped for a lost lock is not canceled: it is abandoned, and
+                # whoever reconciles it fails it over
+                if slot.lost:
+                    outcome = Outcome("gone")
+                elif outcome.verb != "gone":
+                    slot.unacked.append((slot.task.id, slot.task.attempt or 0))
+                done.append((slot.task, outcome))
+                self._note_run(time.monotonic() - slot.started)
                 self._next_job(slot)
             elif slot.process.sentinel >= 0 and slot.process.sentinel in ready:
-                died.append(slot)
-        for slot in died:
+                died.append((slot, None))
+        for slot, why in died:
             if slot.task is not None:
-                slot.process.reap(1)
-                code = slot.process.exitcode
-                what = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-                error = ErrorInfo(
-                    ErrorCode.ERROR, f"the job's process died ({what})", type="WorkerDied"
-                )
+                if why is None:
+                    slot.process.reap(1)
+                    code = slot.process.exitcode
+                    what = (
+                        f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                    )
+                    why = f"died ({what})"
+                error = ErrorInfo(ErrorCode.ERROR, f"the job's process {why}", type="WorkerDied")
                 outcome = Outcome("gone" if slot.lost else "fail", error=error)
                 done.append(self._journaled(slot.task, outcome))
             self._restart(slot)

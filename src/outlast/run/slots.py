@@ -79,7 +79,7 @@ class Slot:
     #: The channel numbers of ``task`` and of the last job sent (see outlast.boot.Words).
     number: int = 0
     sent: int = 0
-    #: The number of a job taken back whose ``("held", n)`` has not come yet (0: none).
+    #: The number of a job taken back whose ``(n, "held")`` has not come yet (0: none).
     #: Until it comes, nothing more is sent ahead: the process looks at ``skip`` only when
     #: it reads that job, so a second take-back's ``skip`` would start the first job there
     #: too (it ran twice, at once, in 19 of 1,000 kill cycles: RELIABILITY.md).
