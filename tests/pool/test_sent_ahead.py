@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,6 +146,26 @@ def test_a_job_sent_ahead_is_taken_back_when_another_process_idles(
         assert not sent_behind, "sent ahead behind an unread take-back"
 
 
+def _misnumbered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The pool sends the job whose id is put in the list returned under a number 100
+    past its count (the process answers for a job the pool does not count as running)."""
+    real_send = Pool._send
+    confused: list[str] = []
+
+    def send(slot: Slot, task: Any, state: Any) -> None:
+        if confused and task.id == confused[0]:
+            slot.sent += 100
+            try:
+                real_send(slot, task, state)
+            finally:
+                slot.sent -= 100
+            return
+        real_send(slot, task, state)
+
+    monkeypatch.setattr(Pool, "_send", staticmethod(send))
+    return confused
+
+
 @pytest.mark.timeout(120)
 def test_an_outcome_is_written_only_to_the_job_it_came_from(
     tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
@@ -155,20 +176,7 @@ def test_an_outcome_is_written_only_to_the_job_it_came_from(
     died, and the pool goes on. Made here by sending one job under a number the pool does not
     count (the bug it guards against ran a job the pool had taken back)."""
     marks = tmp_path / "confused.txt"
-    real_send = Pool._send
-    confused: list[str] = []
-
-    def send(slot: Slot, task: object, state: object) -> None:
-        if getattr(task, "id", None) == confused[0] and slot.sent == slot.number:
-            slot.sent += 100  # the process answers for job #sent+100+1
-            try:
-                real_send(slot, task, state)  # type: ignore[arg-type]
-            finally:
-                slot.sent -= 100
-            return
-        real_send(slot, task, state)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Pool, "_send", staticmethod(send))
+    confused = _misnumbered(monkeypatch)
     with open_store(url) as store:
         job = create_job(store, "pt.mark_start", [str(marks)], {}, queue="mine", attempts=1).id
         confused.append(job)
@@ -182,7 +190,36 @@ def test_an_outcome_is_written_only_to_the_job_it_came_from(
         assert len(read_lines(marks)) == 1  # it ran; its answer was not believed
         assert state.status == Status.FAILED, state
         assert state.error is not None and "answered for another job" in state.error.message
-        assert any("answered for job #" in r.getMessage() for r in caplog.records)
+        assert any(f"while job #1 ({job}) ran there" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.timeout(120)
+def test_a_job_sent_ahead_to_a_process_that_answered_for_another_is_never_started_twice(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process may have started the job sent ahead as it answered: that job fails with
+    the one it ran (its next attempt, with a new number, runs elsewhere), rather than
+    going back to the pool's hand, where the same attempt would start a second time."""
+    confused = _misnumbered(monkeypatch)
+    with open_store(url) as store:
+        [long], marks = _long_jobs(store, tmp_path, 1)
+        confused.append(long)
+        pool = Pool(store, concurrency=1, queues=["mine"], imports=[jobs_for_tests.MODULE])
+        with _running(pool):
+            starts = tmp_path / "starts.txt"
+            until(lambda: read_lines(marks[0]) == ["started"] or None, 30, "the long job")
+            behind = create_job(store, "pt.timed", [str(starts), 0.3], {}, queue="mine").id
+            until(lambda: _behind(pool, behind), 10, "the job to be sent ahead")
+            store.open(long).cancel()  # its answer names the number it was sent under
+            until(lambda: store.get(behind).terminal or None, 30, "the job sent ahead")
+        assert store.get(long).status == Status.CANCELED  # failed, as canceled meanwhile
+        state = store.get(behind)
+        assert state.status == Status.SUCCEEDED, state
+        attempts = [line.split()[2] for line in read_lines(starts) if line.startswith("S ")]
+        assert len(attempts) == len(set(attempts)), f"an attempt started twice: {attempts}"
+        assert attempts[-1] == str(state.attempts)
+        if len(attempts) == 1:  # it had not started: its first attempt was the one failed
+            assert attempts == ["2"]
 
 
 @pytest.mark.timeout(120)

@@ -587,22 +587,20 @@ class Pool:
         for slot in self.slots:
             if slot.conn.fileno() in ready:
                 try:
-                    number, outcome = slot.conn.recv()
+                    said = slot.conn.recv()
                 except (EOFError, OSError):
                     died.append((slot, None))
                     continue
+                number, outcome = said if isinstance(said, tuple) and len(said) == 2 else (0, None)
                 if outcome == "held":  # taken back: not started
                     freed = self._held(slot, number) or freed
                     continue
-                if slot.task is None or number != slot.number:
+                if slot.task is None and self.stopping:
+                    continue  # its process was killed as the grace ended: it goes anyway
+                if slot.task is None or number != slot.number or not isinstance(outcome, Outcome):
                     # never: the pool and its process disagree on which job ran (the guard
-                    # behind Slot.unanswered); the process goes, and its outcome with it
-                    log.error(
-                        "job process %s answered for job #%s while #%s ran there: stopped",
-                        slot.process.pid,
-                        number,
-                        slot.number if slot.task is not None else "none",
-                    )
+                    # behind Slot.unanswered); the process goes, and its answer with it
+                    self._confused(slot, said)
                     died.append((slot, "answered for another job, and was stopped"))
                     continue
                 # a job stopped for a lost lock is not canceled: it is abandoned, and
@@ -617,23 +615,47 @@ class Pool:
             elif slot.process.sentinel >= 0 and slot.process.sentinel in ready:
                 died.append((slot, None))
         for slot, why in died:
-            if slot.task is not None:
-                if why is None:
-                    slot.process.reap(1)
-                    code = slot.process.exitcode
-                    what = (
-                        f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-                    )
-                    why = f"died ({what})"
-                error = ErrorInfo(ErrorCode.ERROR, f"the job's process {why}", type="WorkerDied")
-                outcome = Outcome("gone" if slot.lost else "fail", error=error)
-                done.append(self._journaled(slot.task, outcome))
-            self._restart(slot)
+            done += self._died(slot, why)
         if done or freed:
             self._claim_due = True  # a process is free: look for its next job
         self._record(done)  # queued first: written even if handing out the next job fails
         self._start_idle()  # the freed processes go on at once; the outcomes are written next
         self._flush_if_full()
+
+    def _died(self, slot: Slot, why: str | None) -> list[tuple[Task, Outcome]]:
+        """The outcomes of the jobs of ``slot``, whose process died (``why`` None) or is
+        stopped for ``why``, then a fresh process in its place. A process stopped for
+        answering for another job may have started the one sent ahead too: that one fails
+        with the job it ran (started twice, never), instead of going back in hand."""
+        tasks = [slot.task] if slot.task is not None else []
+        if why is not None and slot.ahead is not None:
+            tasks.append(slot.ahead)
+            slot.ahead = None
+        if tasks and why is None:
+            slot.process.reap(1)
+            code = slot.process.exitcode
+            what = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            why = f"died ({what})"
+        done = []
+        for task in tasks:
+            error = ErrorInfo(ErrorCode.ERROR, f"the job's process {why}", type="WorkerDied")
+            done.append(
+                self._journaled(task, Outcome("gone" if slot.lost else "fail", error=error))
+            )
+        self._restart(slot)
+        return done
+
+    @staticmethod
+    def _confused(slot: Slot, said: object) -> None:
+        task, ahead = slot.task, slot.ahead
+        log.error(
+            "job process %s answered %.60r while %s ran there (job sent ahead: %s): it is "
+            "stopped, and its jobs fail as if it had died",
+            slot.process.pid,
+            said,
+            f"job #{slot.number} ({task.id})" if task is not None else "no job",
+            f"#{slot.sent} ({ahead.id})" if ahead is not None else "none",
+        )
 
     def _handle_deadlines(self) -> None:
         now = time.monotonic()
