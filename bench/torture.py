@@ -161,10 +161,13 @@ def _reconcile_until_free(
     return None
 
 
-def _archive(store: Store, archive: dict[str, JobState]) -> None:
-    """Keep the succeeded jobs' final states here and delete them from the store."""
+def _archive(store: Store, archive: dict[str, JobState], events: dict[str, list[Any]]) -> None:
+    """Keep the succeeded jobs' final states here and delete them from the store; the
+    events of those that took more than one attempt too (a broken promise is among them)."""
     for state in store.list(Status.SUCCEEDED, limit=None):
         archive[state.id] = state
+        if state.attempts > 1:
+            events[state.id] = list(store.events(state.id))
         store.delete(state.id)
 
 
@@ -301,6 +304,8 @@ def _kill_cycles(
     undetected = 0
     t_start = time.monotonic()
     archive: dict[str, JobState] = {}  # finished jobs, taken out of the store
+    archived_events: dict[str, list[Any]] = {}
+    kill_log: list[tuple[float, int]] = []  # when each pool was killed
     for kill in range(profile["kills"]):
         time.sleep(random.uniform(0.1, 0.5))
         victim = random.choice(pools.live)
@@ -311,6 +316,7 @@ def _kill_cycles(
             children = [c.pid for c in psutil.Process(victim.pid).children()]
         victim.kill()
         killed_at = time.time()
+        kill_log.append((killed_at, victim.pid))
         for pid in children:
             deaths[pid] = killed_at
         victim.wait()
@@ -324,7 +330,7 @@ def _kill_cycles(
         if len(store.list(Status.PENDING, limit=200)) < 150:
             _submit(store, records, 300, profile["short_jobs"] / 100)
         if (kill + 1) % 50 == 0:  # keep the store small (the files store scans it)
-            _archive(store, archive)
+            _archive(store, archive, archived_events)
     elapsed = time.monotonic() - t_start
     pools.stop_all()
     reap.reconcile_all(store, store.abandoned_jobs(thorough=True))
@@ -338,7 +344,7 @@ def _kill_cycles(
     drain.live = []
     examples: dict[str, list[str]] = {}
     counts = analyse([*archive.values(), *store.list(limit=None)], records, deaths, examples)
-    _dump(store, examples, folder / "problems.txt")
+    _dump(store, examples, folder / "problems.txt", archived_events, kill_log)
     section.figures.update(kills=profile["kills"], seconds=round(elapsed), **counts)
     _judge(section, counts, detection, undetected, profile["kills"])
     # every pool's stderr is in the one folder (the drain's too)
@@ -367,18 +373,29 @@ def _judge(
         section.failures.append(f"detection took {max(detection):.2f} s once (target <= 1 s)")
 
 
-def _dump(store: Store, examples: dict[str, list[str]], path: Path) -> None:
-    """The documents and events of a few jobs behind each broken promise (those still in the
-    store: an archived one is known by its records)."""
+def _dump(
+    store: Store,
+    examples: dict[str, list[str]],
+    path: Path,
+    archived: dict[str, list[Any]],
+    kill_log: list[tuple[float, int]],
+) -> None:
+    """The documents and events of a few jobs behind each broken promise (an archived one:
+    its events, kept when it took more than one attempt), and the kills around them."""
     with open(path, "w") as out:
         for name, ids in examples.items():
             for job_id in ids[:5]:
                 try:
                     out.write(f"== {name}: {store.get(job_id).to_dict()}\n")
-                    for event in store.events(job_id):
-                        out.write(f"   {event}\n")
+                    events = list(store.events(job_id))
                 except JobNotFound:
                     out.write(f"== {name}: {job_id} (archived)\n")
+                    events = archived.get(job_id, [])
+                for event in events:
+                    out.write(f"   {event}\n")
+        out.write("== kills (time, pool pid)\n")
+        for killed_at, pid in kill_log:
+            out.write(f"   {killed_at:.6f} {pid}\n")
 
 
 def supervisors(profile: dict[str, int], pg: str | None) -> Section:
