@@ -148,6 +148,27 @@ def slow(path: str, sleep: float = 5.0) -> str:
     return "too late"
 
 
+@outlast.job(name="pt.wait_for", attempts=1)
+def wait_for(path: str, limit: float = 60.0) -> str:
+    """Return once ``path`` exists (or after ``limit`` seconds)."""
+    deadline = time.monotonic() + limit
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "there"
+
+
+@outlast.job(name="pt.die_once", attempts=3)
+def die_once(path: str) -> str:
+    """Append ``S id attempt pid`` as it starts; the first time, SIGKILL its own process
+    (``path.died`` notes that it did); after that, return."""
+    ctx = outlast.current()
+    append(path, f"S {ctx.job_id} {ctx.attempt} {os.getpid()}")
+    if not os.path.exists(path + ".died"):
+        append(path + ".died", "died")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "lived"
+
+
 @outlast.job(name="pt.noop")
 def noop(value: Any = None) -> Any:
     return value

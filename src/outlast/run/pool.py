@@ -256,6 +256,29 @@ class Pool:
         self._send(slot, task, state)
         self._began(slot, task, state.timeout, state.name)
 
+    def _hand(self, slot: Slot) -> None:
+        """Send the first job at hand to the idle ``slot``'s process. One found dead as the
+        job is sent (killed while idle, after the pool last looked) is replaced, and the job
+        goes to its successor; it never reached the dead one, so its attempt is untouched."""
+        task = self.backlog.popleft()
+        try:
+            self._assign(slot, task)
+            return
+        except OSError:
+            self.backlog.appendleft(task)
+        slot.process.reap(1)
+        log.warning(
+            "job process %s died while idle (exit code %s): replaced",
+            slot.process.pid,
+            slot.process.exitcode,
+        )
+        self._restart(slot)
+        task = self.backlog.popleft()
+        try:
+            self._assign(slot, task)
+        except OSError:  # the fresh one died too: the job waits in hand, the loop sees why
+            self.backlog.appendleft(task)
+
     def _began(self, slot: Slot, task: Task, timeout: float | None, name: str) -> None:
         """``task`` (the last job sent to ``slot``) is the one its process runs now."""
         now = time.monotonic()
@@ -467,7 +490,7 @@ class Pool:
             if not self.backlog:
                 return
             if slot.task is None:
-                self._assign(slot, self.backlog.popleft())
+                self._hand(slot)
         if self._mean_run is not None and self._mean_run < PREFETCH_BELOW:
             for slot in self.slots:
                 if not self.backlog:
@@ -585,7 +608,16 @@ class Pool:
         died: list[tuple[Slot, str | None]] = []  # and why, when it did not die by itself
         freed = False
         for slot in self.slots:
-            if slot.conn.fileno() in ready:
+            readable = slot.conn.fileno() in ready
+            if not readable and slot.process.sentinel >= 0 and slot.process.sentinel in ready:
+                # Dead. What it sent before it died is read first: one select can see the
+                # death and not the outcome sent just before it, and then the job it had
+                # started next (sent ahead) would go back in hand and start twice.
+                if not slot.conn.poll(0):
+                    died.append((slot, None))
+                    continue
+                readable = True
+            if readable:
                 try:
                     said = slot.conn.recv()
                 except (EOFError, OSError):
@@ -612,8 +644,6 @@ class Pool:
                 done.append((slot.task, outcome))
                 self._note_run(time.monotonic() - slot.started)
                 self._next_job(slot)
-            elif slot.process.sentinel >= 0 and slot.process.sentinel in ready:
-                died.append((slot, None))
         for slot, why in died:
             done += self._died(slot, why)
         if done or freed:
@@ -631,11 +661,20 @@ class Pool:
         if why is not None and slot.ahead is not None:
             tasks.append(slot.ahead)
             slot.ahead = None
+        back = None
         if tasks and why is None:
             slot.process.reap(1)
             code = slot.process.exitcode
             what = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
             why = f"died ({what})"
+            if self._never_started(slot):
+                back, tasks = tasks[0], []
+                log.warning(
+                    "job process %s %s before starting job %s: it goes to another",
+                    slot.process.pid,
+                    why,
+                    back.id,
+                )
         done = []
         for task in tasks:
             error = ErrorInfo(ErrorCode.ERROR, f"the job's process {why}", type="WorkerDied")
@@ -643,7 +682,23 @@ class Pool:
                 self._journaled(task, Outcome("gone" if slot.lost else "fail", error=error))
             )
         self._restart(slot)
+        if back is not None:  # before the job sent ahead (put back by _restart): claim order
+            self.backlog.appendleft(back)
         return done
+
+    def _never_started(self, slot: Slot) -> bool:
+        """Whether the job of ``slot``, whose process died by itself, never started there:
+        the process had not journaled its start (it died idle, as the job was sent, or
+        before the start record was in). Unknown (no snapshot, the store failing): False,
+        and the attempt counts, as it would without a journal."""
+        task = slot.task
+        if task is None or task.snapshot is None or slot.lost:
+            return False
+        try:
+            return self.store.never_started(task.snapshot)
+        except OutlastError as exc:
+            log.warning("cannot read the attempt journal of job %s: %s", task.id, exc)
+            return False
 
     @staticmethod
     def _confused(slot: Slot, said: object) -> None:

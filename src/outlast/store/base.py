@@ -573,6 +573,13 @@ class Store(abc.ABC):
         """What the journal of the job's worker says of its current attempt."""
         return None
 
+    def never_started(self, state: JobState) -> bool:
+        """Whether the attempt journals of the job's worker say that its current attempt was
+        claimed and its function never started: a pool whose job process died before
+        starting the job it was sent gives it to another process, uncounted. False when it
+        started, or when nothing is known (then it counts, as it would without a journal)."""
+        return self._fate(state) == NOT_STARTED
+
     def maintenance_lock(self) -> MaintenanceLock:
         """A new handle on the store's maintenance lock (see :class:`MaintenanceLock`)."""
         raise NotImplementedError(f"{type(self).__name__} has no maintenance lock")
