@@ -413,6 +413,33 @@ def test_a_process_dead_while_idle_is_replaced_and_its_job_runs_on_the_next(
         ), said
 
 
+@pytest.mark.timeout(120)
+def test_a_job_whose_process_died_after_journaling_its_outcome_is_not_run_again(
+    tmp_path: Path, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job process killed by itself (not with its pool) after its function returned and
+    the outcome was journaled, before the outcome reached the pool: the pool writes the
+    journaled outcome instead of failing the attempt as died and running the job again."""
+    with open_store(url) as store:
+        pool = Pool(store, concurrency=1, queues=["mine"], imports=[jobs_for_tests.MODULE])
+        with _running(pool) as runner:
+            starts = tmp_path / "starts.txt"
+            job = create_job(store, "pt.die_after_return", [str(starts)], {}, queue="mine").id
+            until(lambda: store.get(job).terminal or None, 30, "the job")
+            assert runner.is_alive()
+            dead = read_lines(starts)[0].split()[3]
+            until(lambda: pool.slots[0].process.pid != int(dead) or None, 10, "a new process")
+        state = store.get(job)
+        assert (tmp_path / "starts.txt.died").exists()
+        assert len(read_lines(starts)) == 1, read_lines(starts)
+        assert state.status == Status.SUCCEEDED and state.result == "returned"
+        assert state.attempts == 1, list(store.events(job))
+        said = [r.getMessage() for r in caplog.records]
+        assert any(
+            f"job process {dead} died (signal 9) after job {job} returned" in m for m in said
+        ), said
+
+
 def _zombie(pid: int) -> bool:
     """Whether ``pid`` has exited (a zombie, not reaped yet, or gone)."""
     try:

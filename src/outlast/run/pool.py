@@ -71,6 +71,7 @@ from outlast.run.maintain import Maintainer
 from outlast.run.presence import present
 from outlast.run.slots import JobProcess, Outage, Slot, pool_store
 from outlast.store import Journal, Listener, Store, Task, worker_name
+from outlast.store.journal import NOT_STARTED, Fate
 
 log = logging.getLogger("outlast.worker")
 IDLE_RECHECK = 60.0  # seconds an idle pool sleeps at most on a store with notifications
@@ -656,18 +657,24 @@ class Pool:
         """The outcomes of the jobs of ``slot``, whose process died (``why`` None) or is
         stopped for ``why``, then a fresh process in its place. A process stopped for
         answering for another job may have started the one sent ahead too: that one fails
-        with the job it ran (started twice, never), instead of going back in hand."""
+        with the job it ran (started twice, never), instead of going back in hand.
+
+        A process that died by itself is asked after in the attempt journal: a job it never
+        started goes to another process, uncounted; one whose function returned, its outcome
+        journaled but not yet sent, has that outcome written (not run again)."""
         tasks = [slot.task] if slot.task is not None else []
         if why is not None and slot.ahead is not None:
             tasks.append(slot.ahead)
             slot.ahead = None
         back = None
+        done: list[tuple[Task, Outcome]] = []
         if tasks and why is None:
             slot.process.reap(1)
             code = slot.process.exitcode
             what = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
             why = f"died ({what})"
-            if self._never_started(slot):
+            fate = self._fate(slot)
+            if fate == NOT_STARTED:
                 back, tasks = tasks[0], []
                 log.warning(
                     "job process %s %s before starting job %s: it goes to another",
@@ -675,7 +682,15 @@ class Pool:
                     why,
                     back.id,
                 )
-        done = []
+            elif isinstance(fate, Outcome):
+                task, tasks = tasks[0], []
+                log.warning(
+                    "job process %s %s after job %s returned: its journaled outcome is written",
+                    slot.process.pid,
+                    why,
+                    task.id,
+                )
+                done.append((task, fate))
         for task in tasks:
             error = ErrorInfo(ErrorCode.ERROR, f"the job's process {why}", type="WorkerDied")
             done.append(
@@ -686,19 +701,22 @@ class Pool:
             self.backlog.appendleft(back)
         return done
 
-    def _never_started(self, slot: Slot) -> bool:
-        """Whether the job of ``slot``, whose process died by itself, never started there:
-        the process had not journaled its start (it died idle, as the job was sent, or
-        before the start record was in). Unknown (no snapshot, the store failing): False,
-        and the attempt counts, as it would without a journal."""
+    def _fate(self, slot: Slot) -> Fate:
+        """What the attempt journal says of the job of ``slot``, whose process died by
+        itself (see :meth:`Store.fate`). Not asked for a job stopped for a lost lock (it is
+        abandoned whatever it did) or without a snapshot; a store failing to answer: None
+        (nothing known), and the attempt counts as died, as it would without a journal."""
         task = slot.task
         if task is None or task.snapshot is None or slot.lost:
-            return False
+            return None
         try:
-            return self.store.never_started(task.snapshot)
+            fate = self.store.fate(task.snapshot)
         except OutlastError as exc:
             log.warning("cannot read the attempt journal of job %s: %s", task.id, exc)
-            return False
+            return None
+        if isinstance(fate, Outcome) and fate.verb in ("cancel", "abort") and not slot.canceling:
+            return None  # a stop nobody asked for counts as the death, as reconciling says
+        return fate
 
     @staticmethod
     def _confused(slot: Slot, said: object) -> None:

@@ -573,12 +573,14 @@ class Store(abc.ABC):
         """What the journal of the job's worker says of its current attempt."""
         return None
 
-    def never_started(self, state: JobState) -> bool:
-        """Whether the attempt journals of the job's worker say that its current attempt was
-        claimed and its function never started: a pool whose job process died before
-        starting the job it was sent gives it to another process, uncounted. False when it
-        started, or when nothing is known (then it counts, as it would without a journal)."""
-        return self._fate(state) == NOT_STARTED
+    def fate(self, state: JobState) -> Fate:
+        """What the attempt journals of the job's worker say of its current attempt:
+        ``NOT_STARTED`` (claimed, its function never called), ``STARTED`` (called, no outcome
+        journaled), the :class:`~outlast.machine.Outcome` it returned, or None when nothing
+        is known. A pool whose job process died by itself reads it: a job never started
+        there goes to another process uncounted, and one whose outcome was journaled before
+        the process died has that outcome written, not the death."""
+        return self._fate(state)
 
     def maintenance_lock(self) -> MaintenanceLock:
         """A new handle on the store's maintenance lock (see :class:`MaintenanceLock`)."""
