@@ -577,6 +577,10 @@ def main(argv: list[str] | None = None) -> int:
         ("disk-full", lambda: disk_full(args.quick)),
         ("hostile-clients", lambda: hostile_clients(args.quick)),
     ]
+    unknown = sorted((only or set()) - {name for name, _ in plan})
+    if unknown:
+        known = ", ".join(dict.fromkeys(name for name, _ in plan))
+        parser.error(f"--only: no section {', '.join(unknown)} (the sections: {known})")
     t0 = time.monotonic()
     failed = 0
     print(f"# outlast torture, {'quick' if args.quick else 'full'} profile, "

@@ -21,6 +21,7 @@ import uvicorn
 
 import tests.http.jobs  # noqa: F401 - registers the job names POST /jobs accepts
 from outlast.http import create_app
+from outlast.http.server import prepare_loop
 from outlast.store import open_store
 
 
@@ -41,6 +42,7 @@ async def main(fd: int) -> None:
         heartbeat=float(os.environ.get("OUTLAST_TEST_PING") or 15),
         hosts=hosts.split(",") if hosts else None,
     )
+    await prepare_loop()  # as `outlast serve` does
     probe = os.environ.get("OUTLAST_TEST_PROBE")
     if probe:
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _probe, probe)

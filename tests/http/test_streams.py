@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
+import psutil
 import pytest
 
 from outlast.store import Store, open_store
@@ -25,6 +29,8 @@ from tests.http.harness import (
     start_worker,
 )
 from tests.waiting import until
+
+T = TypeVar("T")
 
 
 def _job(store: Store) -> str:
@@ -272,5 +278,109 @@ def test_streams_past_a_clients_cap_get_a_503_with_retry_after(
             until(accepted, 10, "a slot to free when a client leaves")
             for response in opened:
                 response.close()
+    finally:
+        server.close()
+
+
+def _while_list_streams_are_open(server: Server, count: int, measure: Callable[[], T]) -> T:
+    """``measure()`` (run in a thread) while ``count`` list streams are open, each read up
+    to its ``ready`` event."""
+
+    async def run() -> T:
+        limits = httpx.Limits(max_connections=count + 5)
+        async with server.aclient(limits=limits) as client:
+            ready, done = asyncio.Barrier(count + 1), asyncio.Event()
+
+            async def one() -> None:
+                async with client.stream("GET", "/events") as response:
+                    assert response.status_code == 200, await response.aread()
+                    # held, not left to the collector: closing it hangs up the stream
+                    messages = aparse(response.aiter_lines())
+                    assert (await anext(messages)).event == "ready"
+                    await ready.wait()
+                    await done.wait()
+                    await messages.aclose()
+
+            tasks = [asyncio.create_task(one()) for _ in range(count)]
+            await asyncio.wait_for(ready.wait(), 60)
+            try:
+                return await asyncio.get_running_loop().run_in_executor(None, measure)
+            finally:
+                done.set()
+                await asyncio.gather(*tasks)
+
+    return asyncio.run(run())
+
+
+def test_the_list_streams_of_a_server_share_one_listener(
+    http_store_url: str, tmp_path: Path
+) -> None:
+    """Every ``GET /events`` of a server shares one listener of the store: a stream costs
+    its socket, not a listener (an eventfd here) as well. With a listener each, a crowd
+    that took the descriptors left new streams unable to arm, and each dashboard on
+    PostgreSQL held a connection of its own."""
+    server = Server(http_store_url, tmp_path)
+    try:
+        _while_list_streams_are_open(server, 40, lambda: None)  # warm: the thread pools
+        one = _while_list_streams_are_open(server, 1, lambda: server.fds()[0])
+        many = _while_list_streams_are_open(server, 41, lambda: server.fds()[0])
+    finally:
+        server.close()
+    # 40 more sockets, and a little room for a thread's store connection
+    assert many - one <= 48, f"{one} descriptors with one list stream, {many} with 41"
+
+
+def test_the_list_streams_of_a_postgresql_server_hold_one_connection(tmp_path: Path) -> None:
+    from tests.pg.support import drop_schema, make_url
+
+    url = make_url()
+    if url is None:
+        pytest.skip("no PostgreSQL server")
+    open_store(url).close()  # the schema made
+    server = Server(url, tmp_path)
+
+    def connections() -> int:
+        process = psutil.Process(server.pid)
+        return sum(1 for c in process.net_connections("tcp") if c.raddr and c.raddr[1] == 5432)
+
+    try:
+        _while_list_streams_are_open(server, 20, lambda: None)
+        one = _while_list_streams_are_open(server, 1, connections)
+        many = _while_list_streams_are_open(server, 21, connections)
+    finally:
+        server.close()
+        drop_schema(url)
+    assert many - one <= 2, f"{one} connections with one list stream, {many} with 21"
+
+
+def test_a_stream_that_cannot_be_armed_is_a_503_not_a_200_cut_short(
+    http_store_url: str, tmp_path: Path
+) -> None:
+    """A server whose descriptors are all taken but the one its next connection gets: the
+    list stream cannot arm its listener, and the client is told 503 with ``Retry-After``,
+    before any 200; once descriptors are free again, a stream opens as before."""
+    server = Server(http_store_url, tmp_path)
+    try:
+        soft, hard = resource.prlimit(server.pid, resource.RLIMIT_NOFILE)
+        with server.client() as client:
+            assert client.get("/healthz").status_code == 200  # its connection is open now
+            taken = {int(fd) for fd in os.listdir(f"/proc/{server.pid}/fd")}
+            free = [n for n in range(max(taken) + 3) if n not in taken]
+            # one free slot (for the next connection's socket), and none after it
+            resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (free[1], hard))
+            try:
+                with httpx.Client(base_url=server.url, timeout=10) as other:
+                    refused = other.get("/events")
+            finally:
+                resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (soft, hard))
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["retry-after"] == "5"
+            assert "file descriptors" in refused.json()["detail"]
+            with client.stream("GET", "/events") as response:
+                assert response.status_code == 200
+                assert next(parse(response.iter_lines())).event == "ready"
+        said = server.output()
+        assert "Traceback" not in said, said
+        assert "out of file descriptors" in said, said
     finally:
         server.close()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import ipaddress
 import logging
 import socket
+import time
 from collections.abc import Sequence
 
 from outlast import config
@@ -92,6 +94,7 @@ def serve(
     store = open_store(store_url)
     maintainer = Maintainer(store)  # the server takes its turn at the store's maintenance
     try:
+        _warm_listener(store)
         sync_declared(store)  # @outlast.job(cron=…) of the imported modules
         maintainer.start()
         # without a token the server is for this machine only: requests must name it so
@@ -118,6 +121,49 @@ def serve(
         store.close()
 
 
+def _warm_listener(store: object) -> None:
+    """Open what every stream's listener shares once, at start-up (a local store's pulse
+    files and its inotify watcher): a stream then needs one descriptor of its own beside its
+    socket, and a crowd that takes the rest cannot leave the first streams without them."""
+    from outlast.errors import OutlastError
+    from outlast.store import Store
+
+    assert isinstance(store, Store)
+    try:
+        store.listen(None).close()
+    except (OutlastError, OSError) as exc:  # the streams will say so, one by one
+        log.warning("cannot watch the store for changes yet: %s", exc)
+
+
+async def prepare_loop() -> None:
+    """Ready the running loop to serve a crowd: its exception handler (:func:`_loop_errors`)
+    and its default executor, made (and its module imported) before any client comes: under
+    a crowd that holds every descriptor, the first stream could not import it."""
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_loop_errors)
+    await loop.run_in_executor(None, int)
+
+
+def _loop_errors(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+    """The loop's exception handler: running out of descriptors while accepting (asyncio
+    pauses accepting for a second, and the waiting clients are answered then) is one line in
+    the log, at most once a second, not a traceback per refusal; anything else is asyncio's."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        now = time.monotonic()
+        if now - _accept_warned[0] >= 1.0:
+            _accept_warned[0] = now
+            log.warning(
+                "out of file descriptors (%s): new connections wait until some close",
+                exc.strerror,
+            )
+        return
+    loop.default_exception_handler(context)
+
+
+_accept_warned = [-1e9]
+
+
 def _server_class() -> type:
     import uvicorn
 
@@ -127,6 +173,7 @@ def _server_class() -> type:
         """uvicorn's server, telling systemd (``Type=notify``) once it listens."""
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await prepare_loop()
             await super().startup(sockets=sockets)
             if self.started:
                 procs.sd_notify("READY=1")
