@@ -31,7 +31,7 @@ from outlast.errors import InvalidInput, JobNotFound
 from outlast.ids import check_id
 from outlast.model import JSON, EventStatus, JobState, ProgressEvent
 from outlast.store import Follower, Store, follow
-from outlast.store.aio import AsyncListener, alisten
+from outlast.store.aio import AsyncListener, Share, Shared, alisten
 
 #: Seconds a quiet subscription waits before it re-checks that the job's worker still lives.
 RECHECK = 1.0
@@ -150,9 +150,9 @@ class _Hub:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        watch: AsyncListener | None = None
+        watch: Share | None = None
         try:
-            watch = await alisten(self.bus.store, [self.job_id])
+            watch = await self.bus._share(self.job_id)
             while True:
                 start, done, events = await loop.run_in_executor(None, self._read)
                 if start != self.last:  # the first subscriber started past the end
@@ -204,6 +204,23 @@ class StoreBus(Bus):
         self._hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Hub]] = (
             weakref.WeakKeyDictionary()
         )
+        # by loop, then by listen key; a listener nobody shares any more is let go
+        self._shared: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, weakref.WeakValueDictionary[str, Shared]
+        ] = weakref.WeakKeyDictionary()
+
+    async def _share(self, job_id: str) -> Share:
+        """A share of the listener of the job's key (:meth:`Store.listen_key`): the hubs of
+        all the jobs of one shard share one listener, so a server streaming a thousand jobs
+        holds one listener per shard (16 on the local stores and PostgreSQL), not one per
+        job. A hub woken for another job of its shard reads nothing new, and waits again."""
+        loop = asyncio.get_running_loop()
+        shared = self._shared.setdefault(loop, weakref.WeakValueDictionary())
+        key = self.store.listen_key(job_id)
+        one = shared.get(key)
+        if one is None:
+            one = shared[key] = Shared(self.store, [job_id])
+        return await one.join()
 
     def publish(self, event: Progress) -> ProgressEvent | None:
         task = self.store.open(event.job_id)

@@ -40,11 +40,12 @@ from fastapi.sse import KEEPALIVE_COMMENT, EventSourceResponse, format_sse_event
 from starlette.responses import StreamingResponse
 
 from outlast import config
-from outlast.bus import AsyncListener, Bus, alisten
+from outlast.bus import Bus
 from outlast.errors import InvalidInput, OutlastError
 from outlast.http.deps import ExistingJob
 from outlast.model import JobState, ProgressEvent
 from outlast.store import Store
+from outlast.store.aio import Share, Shared
 
 log = logging.getLogger("outlast.http")
 
@@ -135,10 +136,10 @@ class TooManyStreams(Exception):
 
 
 #: Descriptors counted per stream: its socket, and as much again for the connections being
-#: answered meanwhile (a crowd refused with 503s holds one each until it is told). A list
-#: stream shares one listener with the others (:class:`_ListWatch`) and a job's stream its
-#: job's, so a stream holds nothing else of its own (measured: 2,000 connections, 1,000 of
-#: them streams, peak at 2,051 descriptors).
+#: answered meanwhile (a crowd refused with 503s holds one each until it is told). The list
+#: streams share one listener (:class:`~outlast.store.aio.Shared`), and the job streams one
+#: per shard of jobs (:mod:`outlast.bus`), so a stream holds nothing else of its own
+#: (measured: 2,000 connections, 1,000 of them streams, peak at 2,051 descriptors).
 FDS_PER_STREAM = 2
 #: Descriptors kept free of streams: the store, the logs, plain requests, the maintainer.
 FD_RESERVE = 128
@@ -229,94 +230,6 @@ def _out_of_descriptors(exc: OSError) -> TooManyStreams:
     return TooManyStreams("the server is out of file descriptors for more streams")
 
 
-class _ListWatch:
-    """One listener of every job's changes, shared by all the list streams (``GET /events``)
-    of one event loop: a thousand dashboards cost one listener, not a thousand (on a local
-    store one eventfd; on PostgreSQL one ``LISTEN`` connection). It is armed by the first
-    stream, and closed when the last one leaves. Each stream still reads the list itself
-    when woken, after it joined: a change between its join and its read is in what it
-    reads."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.users = 0
-        self.watch: AsyncListener | None = None
-        self.changed = asyncio.Event()
-        self.error: BaseException | None = None
-        self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-
-    async def join(self) -> _Joined:
-        """A subscription; raises what arming the listener raised (out of descriptors, the
-        store failing)."""
-        async with self._lock:
-            if self.watch is None:
-                watch = await alisten(self.store, None)
-                self.watch, self.error, self.changed = watch, None, asyncio.Event()
-                self._task = asyncio.get_running_loop().create_task(
-                    self._run(watch), name="outlast-list-watch"
-                )
-            self.users += 1
-            return _Joined(self)
-
-    def leave(self) -> None:
-        self.users -= 1
-        if self.users == 0 and self.watch is not None:
-            self._stop()
-
-    def _stop(self) -> None:
-        watch, task, self.watch, self._task = self.watch, self._task, None, None
-        if task is not None:
-            task.cancel()
-        if watch is not None:
-            watch.close()
-
-    def _notify(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
-
-    async def _run(self, watch: AsyncListener) -> None:
-        try:
-            while True:
-                if await watch.wait(LIST_RECHECK):
-                    self._notify()
-        except (OutlastError, OSError) as exc:  # the streams end, and say why in the log
-            if self.watch is watch:
-                self.error = exc
-                self._stop()
-                self._notify()
-
-
-class _Joined:
-    """One list stream's share of a :class:`_ListWatch`."""
-
-    def __init__(self, hub: _ListWatch) -> None:
-        self.hub = hub
-        self.event = hub.changed
-        self.left = False
-
-    async def wait(self, timeout: float) -> bool:
-        """True once a change came since the last wait (or the join), False after
-        ``timeout`` seconds; raises the shared listener's failure."""
-        event = self.event
-        if not event.is_set():
-            try:
-                async with asyncio.timeout(timeout):
-                    await event.wait()
-            except TimeoutError:
-                return False
-        hub = self.hub
-        if hub.error is not None and hub.watch is None:
-            raise hub.error
-        self.event = hub.changed
-        return True
-
-    def close(self) -> None:
-        if not self.left:
-            self.left = True
-            self.hub.leave()
-
-
 def router(
     store: Store,
     bus: Bus,
@@ -329,7 +242,8 @@ def router(
     routes = APIRouter(tags=["events"])
     encode = _Encoded()
     streams = streams or Streams(config.max_streams(), config.max_streams_per_client())
-    watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ListWatch] = (
+    # every list stream of a loop shares one listener of all jobs (see Shared)
+    watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Shared] = (
         weakref.WeakKeyDictionary()
     )
 
@@ -365,10 +279,10 @@ def router(
         release = streams.take(_client(request))
         try:  # armed before the answer: a stream that cannot be is a 503, not a 200 cut short
             loop = asyncio.get_running_loop()
-            hub = watches.get(loop)
-            if hub is None:
-                hub = watches[loop] = _ListWatch(store)
-            watch, listed = await _arm_changes(store, hub)
+            shared = watches.get(loop)
+            if shared is None:
+                shared = watches[loop] = Shared(store, None)
+            watch, listed = await _arm_changes(store, shared)
         except BaseException:
             release()
             raise
@@ -389,13 +303,13 @@ async def _job_stream(
         log.warning("stream of job %s ended early: %s", job_id, exc)
 
 
-async def _arm_changes(store: Store, hub: _ListWatch) -> tuple[_Joined, list[JobState]]:
+async def _arm_changes(store: Store, shared: Shared) -> tuple[Share, list[JobState]]:
     """The list stream's share of the shared listener, joined, and the list read after it
     (so nothing is missed between them). Out of descriptors: :class:`TooManyStreams`; the
     store failing: its error (a 503 or a 409, as for any request)."""
     loop = asyncio.get_running_loop()
     try:
-        watch = await hub.join()
+        watch = await shared.join()
     except OSError as exc:
         raise _out_of_descriptors(exc) from None
     try:
@@ -413,7 +327,7 @@ async def _changes(
     store: Store,
     recheck: Callable[[JobState], JobState],
     heartbeat: float,
-    watch: _Joined,
+    watch: Share,
     listed: list[JobState],
 ) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()

@@ -255,6 +255,9 @@ class LocalStore(Store):
     ) -> notify.Listener:
         return self.parts.listen(job_ids, queue, interrupts)
 
+    def listen_key(self, job_id: str) -> str:
+        return notify.job_channel(job_id)  # the pulse file of its shard
+
     def log_path(self, job_id: str) -> Path:
         return self.parts.log_path(job_id)
 

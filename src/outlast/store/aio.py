@@ -144,6 +144,103 @@ async def alisten(store: Store, job_ids: list[str] | None) -> AsyncListener:
     return AsyncListener(listener, loop)
 
 
+class Shared:
+    """One :class:`AsyncListener` of ``store.listen(job_ids)`` shared by every waiter of one
+    event loop that :meth:`join` s it: a thousand waiters cost one listener (one eventfd on
+    a local store, one ``LISTEN`` connection on PostgreSQL), not one each. It is armed by
+    the first to join, and closed when the last one leaves (armed again by the next).
+
+    Each waiter's :meth:`Share.wait` says whether a change came since it joined or last
+    woke; the waiter then looks at what it waits for itself. As with a listener of its own:
+    join, check your condition, then wait — a change in between is not lost."""
+
+    def __init__(self, store: Store, job_ids: list[str] | None) -> None:
+        self.store, self.job_ids = store, job_ids
+        self.users = 0
+        self.error: BaseException | None = None
+        self._watch: AsyncListener | None = None
+        self._changed = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    async def join(self) -> Share:
+        """A share; raises what arming the listener raised (``OSError`` out of descriptors,
+        the store's error)."""
+        async with self._lock:
+            if self._watch is None:
+                watch = await alisten(self.store, self.job_ids)
+                self._watch, self.error, self._changed = watch, None, asyncio.Event()
+                self._task = asyncio.get_running_loop().create_task(
+                    self._run(watch), name="outlast-shared-listener"
+                )
+            self.users += 1
+            return Share(self)
+
+    @property
+    def failed(self) -> bool:
+        """The shared listener failed, and nobody armed it again since."""
+        return self.error is not None and self._watch is None
+
+    def _leave(self) -> None:
+        self.users -= 1
+        if self.users == 0 and self._watch is not None:
+            self._stop()
+
+    def _stop(self) -> None:
+        watch, task, self._watch, self._task = self._watch, self._task, None, None
+        if task is not None:
+            task.cancel()
+        if watch is not None:
+            watch.close()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _run(self, watch: AsyncListener) -> None:
+        try:
+            while True:
+                if await watch.wait(LONGEST_WAIT):
+                    self._notify()
+        except Exception as exc:  # every share raises it; the next join arms a new one
+            if self._watch is watch:
+                self.error = exc
+                self._stop()
+                self._notify()
+
+
+class Share:
+    """One waiter's share of a :class:`Shared` listener."""
+
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
+        self._event = shared._changed
+        self._left = False
+
+    async def wait(self, timeout: float) -> bool:
+        """True once a change came since the join or the last wake-up, False after
+        ``timeout`` seconds; raises the shared listener's failure."""
+        event = self._event
+        if not event.is_set():
+            try:
+                async with asyncio.timeout(timeout):
+                    await event.wait()
+            except TimeoutError:
+                return False
+        shared = self._shared
+        if shared.failed:
+            assert shared.error is not None
+            raise shared.error
+        self._event = shared._changed
+        return True
+
+    def close(self) -> None:
+        """Leave (idempotent); the last to leave closes the listener."""
+        if not self._left:
+            self._left = True
+            self._shared._leave()
+
+
 def _close_landed(future: asyncio.Future[Listener]) -> None:
     if not future.cancelled() and future.exception() is None:
         future.result().close()
@@ -179,4 +276,4 @@ async def afollow(
         listener.close()
 
 
-__all__ = ["AsyncListener", "afollow", "alisten", "offload"]
+__all__ = ["AsyncListener", "Share", "Shared", "afollow", "alisten", "offload"]

@@ -896,6 +896,14 @@ class Store(abc.ABC):
         ``interrupts``: neither its own claims and outcomes nor other jobs' changes wake
         it."""
 
+    def listen_key(self, job_id: str) -> str:
+        """What an asynchronous listener of the job hears, as a name: ``alisten(store,
+        [job_id])`` (:mod:`outlast.store.aio`) is woken by the changes of every job with the
+        same key, so one process may share one such listener between those jobs and look at
+        its own job when woken (the server's streams do: :class:`~outlast.store.aio.Shared`).
+        The job's id itself on a store whose listeners hear one job only."""
+        return job_id
+
     # ------------------------------------------------------------- the adapter interface
     @abc.abstractmethod
     def _insert(self, state: JobState) -> JobState | None:

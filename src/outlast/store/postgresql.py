@@ -406,6 +406,9 @@ class PostgresStore(AdvisoryLocks, SqlStore):
     def _channel(self, job_id: str) -> str:
         return f"{self.schema}_j{zlib.crc32(job_id.encode()) % SHARDS}"
 
+    def listen_key(self, job_id: str) -> str:
+        return self._channel(job_id)
+
     def _new_job_channels(self, job_id: str) -> list[str]:
         """Where a new job is announced: the queue's channel (pools wake, and the listeners
         of every job). Nobody can wait on the job's own channel before it exists."""
