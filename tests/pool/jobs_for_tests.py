@@ -169,32 +169,40 @@ def die_once(path: str) -> str:
     return "lived"
 
 
+def _die_once_journaled(path: str) -> bool:
+    """The first time (``path.died`` notes it), SIGKILL this job process just after the
+    outcome of its job is journaled, before it can send it to the pool (the journal's
+    classes are wrapped in this process: the OOM killer, a stray ``kill``)."""
+    from outlast.store.journal import Journal
+
+    if os.path.exists(path + ".died"):
+        return False
+    append(path + ".died", "died")
+    classes, todo = [], [Journal]
+    while todo:
+        cls = todo.pop()
+        classes.append(cls)
+        todo += cls.__subclasses__()
+    for cls in classes:
+        if "send_returned" in vars(cls):
+            real = vars(cls)["send_returned"]
+
+            def send_returned(self: Any, key: Any, outcome: Any, real: Any = real) -> None:
+                real(self, key, outcome)
+                self.settle()  # the record is in: then the process dies
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            cls.send_returned = send_returned  # type: ignore[method-assign]
+    return True
+
+
 @outlast.job(name="pt.die_after_return", attempts=3)
 def die_after_return(path: str) -> str:
     """Append ``S id attempt pid`` as it starts, and return; the first time, its process is
-    SIGKILLed just after the outcome is journaled, before it can send it to the pool (the
-    journal's classes are wrapped in this process: the OOM killer, a stray ``kill``)."""
-    from outlast.store.journal import Journal
-
+    killed once the outcome is journaled (:func:`_die_once_journaled`)."""
     ctx = outlast.current()
     append(path, f"S {ctx.job_id} {ctx.attempt} {os.getpid()}")
-    if not os.path.exists(path + ".died"):
-        append(path + ".died", "died")
-        classes, todo = [], [Journal]
-        while todo:
-            cls = todo.pop()
-            classes.append(cls)
-            todo += cls.__subclasses__()
-        for cls in classes:
-            if "send_returned" in vars(cls):
-                real = vars(cls)["send_returned"]
-
-                def send_returned(self: Any, key: Any, outcome: Any, real: Any = real) -> None:
-                    real(self, key, outcome)
-                    self.settle()  # the record is in: then the process dies
-                    os.kill(os.getpid(), signal.SIGKILL)
-
-                cls.send_returned = send_returned  # type: ignore[method-assign]
+    _die_once_journaled(path)
     return "returned"
 
 

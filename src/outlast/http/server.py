@@ -149,19 +149,20 @@ def _loop_errors(loop: asyncio.AbstractEventLoop, context: dict[str, object]) ->
     pauses accepting for a second, and the waiting clients are answered then) is one line in
     the log, at most once a second, not a traceback per refusal; anything else is asyncio's."""
     exc = context.get("exception")
-    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+    accepting = str(context.get("message", "")).startswith("socket.accept() out of")
+    if accepting and isinstance(exc, OSError) and exc.errno in _OUT_OF:
         now = time.monotonic()
         if now - _accept_warned[0] >= 1.0:
             _accept_warned[0] = now
-            log.warning(
-                "out of file descriptors (%s): new connections wait until some close",
-                exc.strerror,
-            )
+            what = "file descriptors" if exc.errno in (errno.EMFILE, errno.ENFILE) else "memory"
+            log.warning("out of %s (%s): new connections wait until some close", what, exc.strerror)
         return
     loop.default_exception_handler(context)
 
 
 _accept_warned = [-1e9]
+#: What pauses asyncio's accepting (its own list): out of descriptors, or of memory.
+_OUT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 def _server_class() -> type:

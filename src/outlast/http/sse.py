@@ -29,6 +29,7 @@ import contextlib
 import errno
 import json
 import logging
+import os
 import resource
 import weakref
 from collections import OrderedDict
@@ -141,8 +142,21 @@ class TooManyStreams(Exception):
 #: per shard of jobs (:mod:`outlast.bus`), so a stream holds nothing else of its own
 #: (measured: 2,000 connections, 1,000 of them streams, peak at 2,051 descriptors).
 FDS_PER_STREAM = 2
-#: Descriptors kept free of streams: the store, the logs, plain requests, the maintainer.
+#: Descriptors kept free of streams: the store, its pulse files and shared listeners, the
+#: logs, plain requests, the maintainer...
 FD_RESERVE = 128
+#: ... and, for each thread that may read the store (a SQLite connection each: the database,
+#: its WAL and its shared memory), this many.
+FDS_PER_THREAD = 3
+#: The threads of the request pool (anyio's default) that run the plain routes.
+REQUEST_THREADS = 40
+
+
+def fd_reserve() -> int:
+    """The descriptors kept free of streams: :data:`FD_RESERVE`, and room for a store
+    connection in every thread of the request pool and of the loop's default executor."""
+    executor_threads = min(32, (os.cpu_count() or 1) + 4)  # ThreadPoolExecutor's default
+    return FD_RESERVE + FDS_PER_THREAD * (REQUEST_THREADS + executor_threads)
 
 
 def fd_budget() -> int:
@@ -152,7 +166,7 @@ def fd_budget() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 1 << 30
-    return max(1, (soft - FD_RESERVE) // FDS_PER_STREAM)
+    return max(1, (soft - fd_reserve()) // FDS_PER_STREAM)
 
 
 class Streams:
@@ -203,22 +217,47 @@ def _client(request: Request) -> str:
 def _stream(body: AsyncIterator[bytes], release: Callable[[], None]) -> EventSourceResponse:
     """The response of a stream counted by ``release``'s :meth:`Streams.take`."""
     counted = _counted(body, release)
-    weakref.finalize(counted, release)  # a response dropped before it started still counts
+    # a response dropped before it started still counts: released on the loop, since the
+    # collector may find it in any thread, and the count and the listener are the loop's
+    weakref.finalize(counted, _on_loop, asyncio.get_running_loop(), release)
     return EventSourceResponse(counted, headers=HEADERS)
 
 
+def _on_loop(loop: asyncio.AbstractEventLoop, call: Callable[[], None]) -> None:
+    """``call()`` in ``loop``'s thread: now if this is it (or the loop is gone), else soon."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop or loop.is_closed():
+        call()
+        return
+    try:
+        loop.call_soon_threadsafe(call)
+    except RuntimeError:  # closed meanwhile
+        call()
+
+
 def _once(*calls: Callable[[], None]) -> Callable[[], None]:
-    """``calls`` made in order, the first time the returned function is called only."""
+    """``calls`` made in order, the first time the returned function is called only; each
+    is made even if one before it raised."""
     done = False
 
     def run() -> None:
         nonlocal done
         if not done:
             done = True
-            for call in calls:
-                call()
+            _each(list(calls))
 
     return run
+
+
+def _each(calls: list[Callable[[], None]]) -> None:
+    if calls:
+        try:
+            calls[0]()
+        finally:
+            _each(calls[1:])
 
 
 def _out_of_descriptors(exc: OSError) -> TooManyStreams:
@@ -299,7 +338,8 @@ async def _job_stream(
         async with contextlib.aclosing(bus.astream(job_id, start, heartbeat)) as batches:
             async for batch in batches:
                 yield b"".join(map(encode, batch)) if batch else KEEPALIVE_COMMENT
-    except OutlastError as exc:  # the store failed mid-stream: end it, say why in the log
+    except (OutlastError, OSError) as exc:  # the store failed, or no descriptor was left to
+        # watch it: the stream ends, and the log says why in one line
         log.warning("stream of job %s ended early: %s", job_id, exc)
 
 

@@ -715,7 +715,10 @@ class Pool:
             log.warning("cannot read the attempt journal of job %s: %s", task.id, exc)
             return None
         if isinstance(fate, Outcome) and fate.verb in ("cancel", "abort") and not slot.canceling:
-            return None  # a stop nobody asked for counts as the death, as reconciling says
+            # a stop the pool did not ask for counts as the death. (A pipeline's job can read
+            # a cancel before its pool's next look, 50 ms at most, run its cleanup and die
+            # before sending: then its cancel counts as the death too. Left so.)
+            return None
         return fate
 
     @staticmethod

@@ -56,6 +56,7 @@ class AsyncListener:
         self._fd: int | None = None
         self._draining = False
         self._closed = False
+        self._failure: Exception | None = None
         self._watch()
 
     def _watch(self) -> None:
@@ -80,7 +81,13 @@ class AsyncListener:
         if self._fd is not None:
             self._loop.remove_reader(self._fd)
             self._fd = None
-        future = self._loop.run_in_executor(None, self._listener.drain)
+        try:
+            future = self._loop.run_in_executor(None, self._listener.drain)
+        except Exception as exc:  # no thread for it (can't start one, the loop closing):
+            self._draining = False  # this listener cannot go on; the next wait says so
+            self._failure = exc
+            self._ready.set()
+            return
         future.add_done_callback(self._drained)
 
     def _drained(self, future: asyncio.Future[bool]) -> None:
@@ -91,10 +98,13 @@ class AsyncListener:
         self._watch()
 
     async def wait(self, timeout: float) -> bool:
-        """True when woken by a change (or when polling), False after ``timeout`` seconds."""
+        """True when woken by a change (or when polling), False after ``timeout`` seconds.
+        Raises what keeps the listener from going on (no thread to drain it in)."""
+        self._check()
         if self._fd is None and not self._draining:
             await asyncio.sleep(min(timeout, POLL))
             self._on_readable()  # polling: drain (and maybe reconnect), then look
+            self._check()
             return True
         if not self._ready.is_set():
             try:
@@ -102,8 +112,13 @@ class AsyncListener:
                     await self._ready.wait()
             except TimeoutError:
                 return False
+        self._check()
         self._ready.clear()
         return True
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise self._failure
 
     def close(self) -> None:
         self._closed = True
