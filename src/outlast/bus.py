@@ -96,6 +96,17 @@ class Bus(abc.ABC):
         streaming edge writes them at once), and with ``heartbeat`` an empty batch each time
         that many seconds pass without an event (so it can keep its connection alive)."""
 
+    async def arm(self, job_id: str) -> Callable[[], None]:
+        """Ready what a stream of ``job_id`` will need (a listener), before a streaming edge
+        answers: what cannot be had is raised then (``OSError`` out of descriptors), not
+        after a 200. Returns its release, to call once the stream is over. Nothing to ready
+        here."""
+        return _nothing
+
+
+def _nothing() -> None:
+    pass
+
 
 # --------------------------------------------------------------------------- the store
 class _Hub:
@@ -221,6 +232,11 @@ class StoreBus(Bus):
         if one is None:
             one = shared[key] = Shared(self.store, [job_id])
         return await one.join()
+
+    async def arm(self, job_id: str) -> Callable[[], None]:
+        """The listener of the job's shard, joined (and armed, if no stream had it yet)."""
+        share = await self._share(job_id)
+        return share.close
 
     def publish(self, event: Progress) -> ProgressEvent | None:
         task = self.store.open(event.job_id)

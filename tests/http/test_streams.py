@@ -387,12 +387,18 @@ def test_the_list_streams_of_a_postgresql_server_hold_one_connection(tmp_path: P
     assert many - one <= 2, f"{one} connections with one list stream, {many} with 21"
 
 
+@pytest.mark.parametrize("what", ["list", "job"])
 def test_a_stream_that_cannot_be_armed_is_a_503_not_a_200_cut_short(
-    http_store_url: str, tmp_path: Path
+    http_store_url: str, http_store: Store, tmp_path: Path, what: str
 ) -> None:
     """A server whose descriptors are all taken but the one its next connection gets: the
-    list stream cannot arm its listener, and the client is told 503 with ``Retry-After``,
-    before any 200; once descriptors are free again, a stream opens as before."""
+    stream (the job list's, or a job's, whose shard no stream listens to yet) cannot arm
+    its listener, and the client is told 503 with ``Retry-After``, before any 200; once
+    descriptors are free again, a stream opens as before."""
+    tasks = _running_jobs(http_store, 1)
+    tasks[0].release()  # pending again, with its events: reading it opens no lock file
+    tasks[0].release_worker_lock()
+    path = "/events" if what == "list" else f"/jobs/{tasks[0].id}/events"
     server = Server(http_store_url, tmp_path)
     try:
         soft, hard = resource.prlimit(server.pid, resource.RLIMIT_NOFILE)
@@ -404,20 +410,22 @@ def test_a_stream_that_cannot_be_armed_is_a_503_not_a_200_cut_short(
             resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (free[1], hard))
             try:
                 with httpx.Client(base_url=server.url, timeout=10) as other:
-                    refused = other.get("/events")
+                    refused = other.get(path)
             finally:
                 resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (soft, hard))
             assert refused.status_code == 503, refused.text
-            assert refused.headers["retry-after"] == "5"
+            assert refused.headers.get("retry-after") == "5", refused.text
             assert "file descriptors" in refused.json()["detail"]
-            with client.stream("GET", "/events") as response:
+            with client.stream("GET", path) as response:
                 assert response.status_code == 200
-                assert next(parse(response.iter_lines())).event == "ready"
+                first = next(parse(response.iter_lines())).event
+                assert first == ("ready" if what == "list" else "started")
         said = server.output()
         assert "Traceback" not in said, said
         assert "out of file descriptors" in said, said
     finally:
         server.close()
+        tasks[0].cancel()
 
 
 def test_the_streams_of_many_jobs_share_a_listener_per_shard(

@@ -303,7 +303,16 @@ def router(
         terminal event. Each is ``id: <seq>``, ``event: <status>``, ``data: <event JSON>``.
         503 (with ``Retry-After``) past the server's or the client's cap on open streams."""
         release = streams.take(_client(request))
-        return _stream(_job_stream(bus, encode, state.id, start, heartbeat), release)
+        try:  # armed before the answer: a stream that cannot be is a 503, not a 200 cut short
+            armed = await bus.arm(state.id)
+        except OSError as exc:
+            release()
+            raise _out_of_descriptors(exc) from None
+        except BaseException:
+            release()
+            raise
+        let_go = _once(armed, release)  # whether the stream ran or was never started
+        return _stream(_job_stream(bus, encode, state.id, start, heartbeat), let_go)
 
     @routes.get(
         "/events",
