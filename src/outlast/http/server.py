@@ -10,9 +10,13 @@ import logging
 import socket
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from outlast import config
 from outlast.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from outlast.store import Store
 
 log = logging.getLogger("outlast.http")
 
@@ -121,14 +125,12 @@ def serve(
         store.close()
 
 
-def _warm_listener(store: object) -> None:
+def _warm_listener(store: Store) -> None:
     """Open what every stream's listener shares once, at start-up (a local store's pulse
     files and its inotify watcher): a stream then needs one descriptor of its own beside its
     socket, and a crowd that takes the rest cannot leave the first streams without them."""
     from outlast.errors import OutlastError
-    from outlast.store import Store
 
-    assert isinstance(store, Store)
     try:
         store.listen(None).close()
     except (OutlastError, OSError) as exc:  # the streams will say so, one by one

@@ -247,17 +247,11 @@ def _once(*calls: Callable[[], None]) -> Callable[[], None]:
         nonlocal done
         if not done:
             done = True
-            _each(list(calls))
+            with contextlib.ExitStack() as stack:  # runs every one, raises the first error
+                for call in reversed(calls):
+                    stack.callback(call)
 
     return run
-
-
-def _each(calls: list[Callable[[], None]]) -> None:
-    if calls:
-        try:
-            calls[0]()
-        finally:
-            _each(calls[1:])
 
 
 def _out_of_descriptors(exc: OSError) -> TooManyStreams:

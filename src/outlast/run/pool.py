@@ -261,12 +261,8 @@ class Pool:
         """Send the first job at hand to the idle ``slot``'s process. One found dead as the
         job is sent (killed while idle, after the pool last looked) is replaced, and the job
         goes to its successor; it never reached the dead one, so its attempt is untouched."""
-        task = self.backlog.popleft()
-        try:
-            self._assign(slot, task)
+        if self._sent_first(slot):
             return
-        except OSError:
-            self.backlog.appendleft(task)
         slot.process.reap(1)
         log.warning(
             "job process %s died while idle (exit code %s): replaced",
@@ -274,11 +270,18 @@ class Pool:
             slot.process.exitcode,
         )
         self._restart(slot)
+        self._sent_first(slot)  # the fresh one dead too: the job waits in hand, the loop sees why
+
+    def _sent_first(self, slot: Slot) -> bool:
+        """Assign the first job at hand to ``slot``; False (the job back in hand, first) when
+        its process cannot be reached."""
         task = self.backlog.popleft()
         try:
             self._assign(slot, task)
-        except OSError:  # the fresh one died too: the job waits in hand, the loop sees why
+        except OSError:
             self.backlog.appendleft(task)
+            return False
+        return True
 
     def _began(self, slot: Slot, task: Task, timeout: float | None, name: str) -> None:
         """``task`` (the last job sent to ``slot``) is the one its process runs now."""
