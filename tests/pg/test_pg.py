@@ -75,6 +75,30 @@ def test_migrations_are_idempotent(url: str) -> None:
     assert versions(url) == list(range(1, len(pg.migrations("any")) + 1))
 
 
+def test_the_binary_copy_types_are_the_columns_types(url: str) -> None:
+    """A bulk insert is a binary ``COPY`` whose column types are written down
+    (``pg.COPY_TYPES``): a type that drifted from the migrations' would fail every
+    ``submit_many``, or, for two integer widths, write wrong numbers."""
+    import psycopg
+
+    types = psycopg.adapters.types  # the built-in names of psycopg
+    with open_store(url) as store:
+        labelled = store.create_many([{"name": "bulk", "labels": {"team": "a"}}] * 3)
+        assert [store.get(t.id).labels for t in labelled] == [{"team": "a"}] * 3
+    schema = support.schema_of(url)
+    with support.connect() as conn:
+        rows = conn.execute(
+            "SELECT c.relname, a.attname, a.atttypid FROM pg_attribute a"
+            " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname IN ('jobs', 'labels')"
+            " AND a.attnum > 0 AND NOT a.attisdropped",
+            (schema,),
+        ).fetchall()
+    assert {table for table, _, _ in rows} == {"jobs", "labels"}
+    for table, column, oid in rows:
+        assert types[pg.COPY_TYPES[column]].oid == oid, (table, column)
+
+
 def test_migrations_from_four_processes_at_once(url: str) -> None:
     barrier = procs.CTX.Barrier(4)
     children = [procs.Child(workers.open_together, url, barrier) for _ in range(4)]

@@ -48,6 +48,23 @@ def test_a_busy_writer_leaves_the_checkpoints_to_its_thread_and_the_wal_stays_bo
         assert len(store.get_many(ids)) == len(ids)
 
 
+def test_a_bulk_insert_wakes_the_checkpoint_thread_by_the_rows_it_wrote(tmp_path: Path) -> None:
+    """A commit of 1,000 new rows writes the WAL of ~100 single transitions: it counts as
+    that many commits, so a ``create_many`` hands its checkpoints to the thread. (Counted as
+    one commit each, 20 batches never woke it, and the writer copied 16 MB of WAL in its own
+    commits: ~20% of a ``submit_many``.)"""
+    before = _checkpoint_threads()
+    with open_store(f"sqlite://{tmp_path}/s.db") as store:
+        counted = store._checkpoints.commits  # type: ignore[attr-defined]
+        few = store.create_many([{"command": ["true"]}] * 10)  # one commit of 10 rows: 2
+        assert _checkpoint_threads() == before
+        assert store._checkpoints.commits == counted + 2  # type: ignore[attr-defined]
+        many = store.create_many([{"command": ["true"]}] * store.CREATE_BATCH)
+        started = [t for t in _checkpoint_threads() if t not in before]
+        assert len(started) == 1  # woken by the one commit of a batch
+        assert len(store.get_many([t.id for t in few + many])) == 10 + store.CREATE_BATCH
+
+
 def test_a_forked_child_checkpoints_on_a_thread_of_its_own(tmp_path: Path) -> None:
     """Forked right as the parent's thread starts a checkpoint: the fork waits for it (a
     child that inherited SQLite's mutexes mid-checkpoint would hang at its first write)."""

@@ -164,6 +164,18 @@ def fusable_writes(schema: str, d: Dialect, bulk: dict[str, str]) -> dict[str, s
     }
 
 
+#: The type of every column a binary ``COPY`` writes (:meth:`_Tx.insert_rows`: the jobs and
+#: labels tables), as the migrations make it; a test compares it with the catalog.
+_TEXT = ("id", "status", "kind", "queue", "worker", "retry_of", "unique_key", "limit_key")
+COPY_TYPES = {
+    **dict.fromkeys((*_TEXT, "name_key", "job_id", "key", "value"), "text"),
+    **dict.fromkeys(("run_after", "created_at", "started_at", "finished_at"), "timestamptz"),
+    "expires_at": "timestamptz",
+    **dict.fromkeys(("priority", "limit_slots", "seq"), "int4"),
+    "lock_key": "int8",
+    "doc": "bytea",
+}
+
 #: A document's field in SQL.
 _DOC = "convert_from(doc, 'UTF8')::jsonb->>'{}'"
 
@@ -333,10 +345,14 @@ class _Tx:
     ) -> None:
         """``COPY``, after what the script holds so far (``BEGIN``, earlier writes): a
         copy cannot be pipelined, so this costs a round trip more than a write, and saves a
-        statement per row."""
+        statement per row. Binary (each column's type from :data:`COPY_TYPES`): a document
+        goes as its bytes, not as hex text that the server decodes (~8% of a
+        ``submit_many``, BENCHMARKS.md, issue #18)."""
         if self.script.statements:
             self.script.run(self.conn)
-        with self.conn.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        sql = f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)"
+        with self.conn.cursor().copy(sql) as copy:
+            copy.set_types([COPY_TYPES[column] for column in columns])
             for row in rows:
                 copy.write_row(row)
 

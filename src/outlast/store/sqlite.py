@@ -65,6 +65,13 @@ CHECKPOINT_EVERY = 100
 #: copied while writers went on (the writer's checkpoint then has little left to copy, and the
 #: next write starts the WAL over).
 WAL_AUTOCHECKPOINT = 4000
+#: Rows written by one statement over many rows that count as one commit toward
+#: :data:`CHECKPOINT_EVERY`: a transition writes a handful of WAL pages (its row, its index
+#: entries, its event), about what ten new rows of a bulk insert write. Without this weight a
+#: ``submit_many`` (1,000 rows a commit) never woke the checkpoint thread, and its writer
+#: copied 16 MB of WAL in its own commit twice per 20,000 jobs (~5 µs a job; BENCHMARKS.md,
+#: issue #18, the session of 2026-12-04).
+ROWS_PER_COMMIT = 10
 
 _FINISHED = frozenset(str(s) for s in TERMINAL)
 
@@ -157,6 +164,7 @@ class _Tx:
         self.wakes: dict[str, bool] = {}
         self.interrupts: list[str] = []
         self.pools = False
+        self.rows = 0  # written by statements over many rows: how much WAL the commit writes
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self.conn.execute(sql, params).fetchall()
@@ -166,6 +174,7 @@ class _Tx:
 
     def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.conn.executemany(sql, rows)
+        self.rows += len(rows)
 
     def insert_rows(
         self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
@@ -173,6 +182,7 @@ class _Tx:
         marks = ", ".join("?" * len(columns))
         sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
         self.conn.executemany(sql, rows)
+        self.rows += len(rows)
 
     def wake(self, job_id: str, claimable: bool, interrupt: bool = False) -> None:
         self.wakes[job_id] = self.wakes.get(job_id, False) or claimable
@@ -209,8 +219,9 @@ class _Checkpointer:
     writes does not (BENCHMARKS.md, issue #18: SQLite's automatic checkpoint, run in the
     committing thread, was ~30% of a one-at-a-time ``submit``).
 
-    Every :data:`CHECKPOINT_EVERY` commits of this process it wakes a daemon thread, started
-    then (a short-lived process, e.g. one CLI call, never starts it), that runs ``PRAGMA
+    Every :data:`CHECKPOINT_EVERY` commits of this process (a commit of many rows weighs more,
+    see :data:`ROWS_PER_COMMIT`) it wakes a daemon thread, started then (a short-lived
+    process, e.g. one CLI call, never starts it), that runs ``PRAGMA
     wal_checkpoint(PASSIVE)`` on a connection of its own: a passive checkpoint waits for no
     reader or writer and takes no lock a writer needs, and SQLite lets one checkpoint run at
     a time (a writer's own, :data:`WAL_AUTOCHECKPOINT`, is skipped meanwhile, and vice versa).
@@ -226,8 +237,10 @@ class _Checkpointer:
         self._pid = os.getpid()
         self._starting = threading.Lock()
 
-    def committed(self) -> None:
-        self.commits += 1
+    def committed(self, weight: int = 1) -> None:
+        """Count a commit (``weight``: as many commits as the WAL it wrote, see
+        :data:`ROWS_PER_COMMIT`); every :data:`CHECKPOINT_EVERY`, wake the thread."""
+        self.commits += weight
         if self.commits < CHECKPOINT_EVERY:
             return
         self.commits = 0
@@ -382,7 +395,7 @@ class SQLiteStore(_local.LocalStore, SqlStore):
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
-        self._checkpoints.committed()
+        self._checkpoints.committed(1 + tx.rows // ROWS_PER_COMMIT)
         if tx.wakes or tx.pools:
             self.parts.pulse_many(tx.wakes, tx.interrupts, pools=tx.pools)
 
