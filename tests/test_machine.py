@@ -164,3 +164,16 @@ def test_an_outcome_survives_its_journal_record(outcome: machine.Outcome) -> Non
 def test_a_bad_outcome_record_is_refused() -> None:
     with pytest.raises(ValueError):
         machine.Outcome.from_dict({"verb": "explode"})
+
+
+def test_ids_made_in_one_millisecond_do_not_collide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids of one millisecond differ only in their random part: 300,000 of them (a
+    ``submit_many`` makes ~50 a millisecond) would hold ~10 duplicates with 32 random bits
+    (the old ids), none with 64. A duplicate fails its insert and the whole batch."""
+    from outlast import ids
+
+    monkeypatch.setattr(ids.time, "time", lambda: 1_764_000_000.123)
+    made = [ids.new_id() for _ in range(300_000)]
+    assert len(set(made)) == len(made)
+    assert {len(i) for i in made} == {28} and len({i[:12] for i in made}) == 1
+    assert all(ids.check_id(i) == i for i in made[:10])
