@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import outlast
+from outlast.pipeline import ALL_DONE, Pipeline, Stage, poll
 
 MODULE = __name__
 
@@ -288,3 +289,28 @@ def stubborn_parent(path: str) -> str:
     append(path, f"{os.getpid()} {child.pid}")
     time.sleep(300)
     return "slept"
+
+
+def _never_ready(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    append(payload["path"], f"S {outlast.current().attempt} {os.getpid()}")
+    return {}, "not yet"
+
+
+def _cleanup_then_die(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The cleanup: a line, then (the first time) this process is killed once the job's
+    outcome is journaled, before it is sent (:func:`_die_once_journaled`)."""
+    append(payload["path"], f"C {outlast.current().attempt} {os.getpid()}")
+    _die_once_journaled(payload["path"])
+    return {}, "cleaned"
+
+
+#: A poll stage that waits until it reads its cancel from the store, then a cleanup whose
+#: process dies as its outcome is journaled.
+CANCEL_THEN_DIE = Pipeline(
+    "pt.cancel_then_die",
+    [
+        poll("wait", _never_ready, until=lambda out: False, interval=0.1, timeout=60.0),
+        Stage("cleanup", _cleanup_then_die, trigger=ALL_DONE),
+    ],
+    attempts=2,
+)

@@ -718,10 +718,17 @@ class Pool:
             log.warning("cannot read the attempt journal of job %s: %s", task.id, exc)
             return None
         if isinstance(fate, Outcome) and fate.verb in ("cancel", "abort") and not slot.canceling:
-            # a stop the pool did not ask for counts as the death. (A pipeline's job can read
-            # a cancel before its pool's next look, 50 ms at most, run its cleanup and die
-            # before sending: then its cancel counts as the death too. Left so.)
-            return None
+            # A stop the pool did not ask for: a pipeline reads a cancel from the store
+            # itself and may do so before its pool's next look (50 ms at most), run its
+            # cleanup, and die before sending. The store says whether the cancel is real; a
+            # stop nobody asked for (a stray signal) counts as the death.
+            try:
+                state = task.state()
+            except OutlastError as exc:
+                log.warning("cannot check job %s: %s", task.id, exc)
+                return None
+            if not (state.cancel_requested and state.attempts == task.attempt):
+                return None
         return fate
 
     @staticmethod
