@@ -6,7 +6,16 @@ import pytest
 
 from outlast import machine
 from outlast.errors import InvalidInput
-from outlast.model import JobState, Kind, PipelineState, StageRecord, Status, utcnow
+from outlast.model import (
+    ErrorCode,
+    ErrorInfo,
+    JobState,
+    Kind,
+    PipelineState,
+    StageRecord,
+    Status,
+    utcnow,
+)
 
 
 def _running_pipeline(
@@ -63,6 +72,24 @@ def test_a_worker_dying_while_canceling_leads_to_finalize_then_canceled() -> Non
     )
     final = machine.abandon(cleaned, utcnow())
     assert final is not None and final.state.status == Status.CANCELED
+
+
+def test_an_attempt_failing_while_canceling_is_not_retried() -> None:
+    """A pool counts its job process's death as a failed attempt: during a cancel's cleanup
+    that finishes the cleanup, then cancels, as a reconcile does (it retried the job, whose
+    retry then ended succeeded)."""
+    error = ErrorInfo(ErrorCode.ERROR, "the job's process died", type="WorkerDied")
+    canceling = _running_pipeline(canceling=True).evolve(max_attempts=3)
+    change = machine.fail(canceling, 1, error, True, 1.0, utcnow())
+    assert change is not None and change.state.status == Status.PENDING
+    assert change.state.pipeline is not None and change.state.pipeline.finalize is not None
+    assert change.state.pipeline.finalize.code == "canceled" and change.state.run_after is None
+    cleaned = canceling.evolve(
+        pipeline=PipelineState(("clean",), {"clean": StageRecord("succeeded")})
+    )
+    final = machine.fail(cleaned, 1, error, True, 1.0, utcnow())
+    assert final is not None and final.state.status == Status.CANCELED
+    assert final.state.error is not None and final.state.error.code == "canceled"
 
 
 def test_a_released_attempt_keeps_its_fencing_token() -> None:

@@ -446,6 +446,8 @@ def fail(
     if state.status not in (Status.RUNNING, Status.PENDING):
         raise InvalidTransition(f"job {state.id}: cannot fail a {state.status} job")
     message = {"attempt": state.attempts, "error": error.to_dict()}
+    if state.cancel_requested:  # failed (its process died) while cleaning up after a cancel
+        return _canceled_at_end(state, message, now)
     if retry and state.attempts < state.max_attempts:
         delay = backoff(state.attempts, delay_base)
         new = state.evolve(
@@ -550,6 +552,18 @@ def _cleanup_pending(state: JobState) -> bool:
     return state.pipeline is not None and state.pipeline.cleanup_pending
 
 
+def _canceled_at_end(state: JobState, message: dict[str, Any], now: datetime) -> Change:
+    """A pipeline canceled while it ran whose attempt then failed or whose worker died (in
+    its cleanup): the rest of its cleanup in one more run (:func:`_finalize`), then
+    canceled; or canceled now. Never retried: the cancel is final."""
+    error = ErrorInfo(ErrorCode.CANCELED, "the job was canceled")
+    finalizing = _finalize(state, error, message, now)
+    if finalizing is not None:
+        return finalizing
+    new = state.evolve(status=Status.CANCELED, error=error, updated_at=now, finished_at=now)
+    return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, {"error": error.to_dict()}),))
+
+
 def _finalize(
     state: JobState, error: ErrorInfo, message: dict[str, Any], now: datetime
 ) -> Change | None:
@@ -652,12 +666,7 @@ def abandon(state: JobState, now: datetime) -> Change | None:
     )
     message = {"attempt": state.attempts, "error": error.to_dict()}
     if state.cancel_requested:  # its worker died while cleaning up after a cancel
-        error = ErrorInfo(ErrorCode.CANCELED, "the job was canceled")
-        finalizing = _finalize(state, error, message, now)
-        if finalizing is not None:
-            return finalizing
-        new = state.evolve(status=Status.CANCELED, error=error, updated_at=now, finished_at=now)
-        return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, {"error": error.to_dict()}),))
+        return _canceled_at_end(state, message, now)
     if state.status == Status.PENDING or state.attempts < state.max_attempts:
         new = state.evolve(status=Status.PENDING, error=error, worker=None, updated_at=now)
         return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)

@@ -165,7 +165,7 @@ def die_once(path: str) -> str:
     ctx = outlast.current()
     append(path, f"S {ctx.job_id} {ctx.attempt} {os.getpid()}")
     if not os.path.exists(path + ".died"):
-        append(path + ".died", "died")
+        append(path + ".died", str(os.getpid()))
         os.kill(os.getpid(), signal.SIGKILL)
     return "lived"
 
@@ -178,7 +178,7 @@ def _die_once_journaled(path: str) -> bool:
 
     if os.path.exists(path + ".died"):
         return False
-    append(path + ".died", "died")
+    append(path + ".died", str(os.getpid()))
     classes, todo = [], [Journal]
     while todo:
         cls = todo.pop()
@@ -313,4 +313,50 @@ CANCEL_THEN_DIE = Pipeline(
         Stage("cleanup", _cleanup_then_die, trigger=ALL_DONE),
     ],
     attempts=2,
+)
+
+
+def _fail_finally(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    raise outlast.Fail("the export was refused")
+
+
+def _cleanup_dies_once(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The cleanup: a line; the first time, its process dies (``os._exit``) right after."""
+    path = payload["path"]
+    append(path, f"C {outlast.current().attempt} {os.getpid()}")
+    if not os.path.exists(path + ".died"):
+        append(path + ".died", str(os.getpid()))
+        os._exit(3)
+    return {}, "cleaned"
+
+
+#: A stage fails for good, then the cleanup's process dies the first time: the job, retried,
+#: runs the cleanup again and ends failed.
+FAIL_THEN_DIE = Pipeline(
+    "pt.fail_then_die",
+    [
+        Stage("export", _fail_finally),
+        Stage("publish", lambda payload: ({}, "published")),
+        Stage("cleanup", _cleanup_dies_once, trigger=ALL_DONE),
+    ],
+    attempts=2,
+)
+
+
+def _wait_for_cancel(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    append(payload["path"], f"W {outlast.current().attempt} {os.getpid()}")
+    for _ in range(1200):
+        outlast.current().check_cancel()
+        time.sleep(0.05)
+    return {}, "no cancel came"
+
+
+#: A stage that runs until canceled, then a cleanup whose process dies the first time.
+CANCEL_CLEANUP_DIES = Pipeline(
+    "pt.cancel_cleanup_dies",
+    [
+        Stage("work", _wait_for_cancel),
+        Stage("cleanup", _cleanup_dies_once, trigger=ALL_DONE),
+    ],
+    attempts=3,
 )

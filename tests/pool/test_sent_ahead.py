@@ -440,36 +440,6 @@ def test_a_job_whose_process_died_after_journaling_its_outcome_is_not_run_again(
         ), said
 
 
-@pytest.mark.timeout(120)
-def test_a_pipeline_that_read_its_cancel_and_died_after_journaling_it_ends_canceled(
-    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A pipeline reads a cancel from the store itself (its poll stage looks every 0.1 s)
-    and may do so before its pool's next look: it runs its cleanup, its outcome (canceled)
-    is journaled, and its process dies before sending it. The pool did not ask for that
-    cancel, yet the store did: the journaled cancel is written, not counted as a death (which
-    ran the cleanup again, in a second attempt, and failed or re-ran the job)."""
-    monkeypatch.setattr(Pool, "_check_running", lambda self: None)  # the pool never looks
-    with open_store(url) as store:
-        pool = Pool(store, concurrency=1, queues=["mine"], imports=[jobs_for_tests.MODULE])
-        with _running(pool):
-            lines = tmp_path / "lines.txt"
-            job = create_job(
-                store, "pt.cancel_then_die", payload={"path": str(lines)}, queue="mine"
-            ).id
-            until(lambda: lines.exists() or None, 30, "the first poll")
-            store.open(job).cancel()
-            until(lambda: store.get(job).terminal or None, 30, "the job")
-            dead = int(read_lines(lines)[-1].split()[2])
-            until(lambda: pool.slots[0].process.pid != dead or None, 10, "a new process")
-        state = store.get(job)
-    assert (tmp_path / "lines.txt.died").exists()
-    cleanups = [line for line in read_lines(lines) if line.startswith("C ")]
-    assert cleanups == [f"C 1 {dead}"], read_lines(lines)
-    said = (state.status, state.attempts, state.error, state.result, _events(url, job))
-    assert state.status == Status.CANCELED and state.attempts == 1, said
-
-
 def _zombie(pid: int) -> bool:
     """Whether ``pid`` has exited (a zombie, not reaped yet, or gone)."""
     try:
@@ -551,8 +521,3 @@ def test_a_cancel_signal_is_for_the_job_it_names_and_a_job_taken_back_never_star
             assert read_lines(marks[2]) == []
         finally:
             proc.close()
-
-
-def _events(url: str, job: str) -> list[Any]:
-    with open_store(url) as store:
-        return [(e.status, e.step, e.message) for e in store.events(job)]

@@ -101,6 +101,8 @@ class _Runner:
         self.done = (
             {n: r.status for n, r in state.pipeline.stages.items()} if state.pipeline else {}
         )
+        #: What an earlier attempt's stages said (their messages), by name.
+        self.before = dict(state.pipeline.stages) if state.pipeline else {}
         self.retry_left = state.attempts < state.max_attempts
 
     def checkpoint(self, stage: Stage, status: str, message: Any, out: Any = None) -> None:
@@ -131,9 +133,22 @@ class _Runner:
             _sleep_unless_canceled(stage.interval)
             out, message = rules.check_output(stage, stage.fn(self.payload))
 
+    def earlier_failure(self) -> BaseException | None:
+        """The error of a stage that failed for good in an earlier attempt, if one did: only
+        a final failure is checkpointed ``failed`` (see :meth:`run`), so the job ends with
+        it, after its cleanup, whichever attempt gets there (its process may have died
+        after the checkpoint: a retry then resumes past it)."""
+        for name, status in self.done.items():
+            if status == "failed":
+                if _canceled():
+                    return Canceled("the pipeline was canceled")
+                message = self.before[name].message
+                return Fail(f"{message} (stage {name!r}, in an earlier attempt)")
+        return None
+
     def run(self) -> dict[str, Any]:
         results = list(self.done.values())
-        first_error: BaseException | None = None
+        first_error: BaseException | None = self.earlier_failure()
         for stage in self.pipeline.stages:
             if stage.name in self.done:
                 continue  # checkpointed by an earlier attempt
