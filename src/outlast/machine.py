@@ -436,7 +436,8 @@ def fail(
     now: datetime,
     keep_worker: bool = False,
 ) -> Change | None:
-    """A failed attempt: back to pending with backoff while attempts are left, else failed.
+    """A failed attempt: back to pending with backoff while attempts are left, else failed;
+    an attempt of a pipeline being canceled is never retried (:func:`_canceled_at_end`).
 
     ``keep_worker`` is for a dedicated worker (a command's supervisor) that will retry the job
     itself: the job stays bound to it, so its death while waiting is detected as abandonment.

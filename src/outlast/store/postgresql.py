@@ -169,8 +169,9 @@ def fusable_writes(schema: str, d: Dialect, bulk: dict[str, str]) -> dict[str, s
 _TEXT = ("id", "status", "kind", "queue", "worker", "retry_of", "unique_key", "limit_key")
 COPY_TYPES = {
     **dict.fromkeys((*_TEXT, "name_key", "job_id", "key", "value"), "text"),
-    **dict.fromkeys(("run_after", "created_at", "started_at", "finished_at"), "timestamptz"),
-    "expires_at": "timestamptz",
+    **dict.fromkeys(
+        ("run_after", "created_at", "started_at", "finished_at", "expires_at"), "timestamptz"
+    ),
     **dict.fromkeys(("priority", "limit_slots", "seq"), "int4"),
     "lock_key": "int8",
     "doc": "bytea",

@@ -221,7 +221,7 @@ class _Checkpointer:
 
     Every :data:`CHECKPOINT_EVERY` commits of this process (a commit of many rows weighs more,
     see :data:`ROWS_PER_COMMIT`) it wakes a daemon thread, started then (a short-lived
-    process, e.g. one CLI call, never starts it), that runs ``PRAGMA
+    process, e.g. one CLI call, starts it only for a bulk insert), that runs ``PRAGMA
     wal_checkpoint(PASSIVE)`` on a connection of its own: a passive checkpoint waits for no
     reader or writer and takes no lock a writer needs, and SQLite lets one checkpoint run at
     a time (a writer's own, :data:`WAL_AUTOCHECKPOINT`, is skipped meanwhile, and vice versa).
