@@ -53,10 +53,30 @@ def test_cancel_after_the_cleanup_ran_is_final() -> None:
     assert change.state.error is not None and change.state.error.code == "canceled"
 
 
-def test_cancel_of_a_pending_pipeline_is_final_at_once() -> None:
-    pending = _running_pipeline().evolve(status=Status.PENDING)
+def test_cancel_of_a_pending_pipeline_that_never_started_is_final_at_once() -> None:
+    pending = _running_pipeline().evolve(status=Status.PENDING, attempts=0, worker=None)
     change = machine.cancel(pending, utcnow())
     assert change is not None and change.state.status == Status.CANCELED
+
+
+@pytest.mark.parametrize("status", [Status.PENDING, Status.PAUSED])
+def test_cancel_between_attempts_runs_the_cleanup_first(status: Status) -> None:
+    """Waiting for a retry, or paused for an answer, after an attempt started: what it began
+    may need the cleanup (the seed's export), so one more run does the ``ALL_DONE`` stages,
+    then the job is canceled. (It was canceled at once, its cleanup never run.)"""
+    waiting = _running_pipeline().evolve(status=status, worker=None, run_after=utcnow())
+    change = machine.cancel(waiting, utcnow())
+    assert change is not None and change.claimable
+    state = change.state
+    assert state.status == Status.PENDING and state.cancel_requested and state.run_after is None
+    assert state.pipeline is not None and state.pipeline.finalize is not None
+    assert state.pipeline.finalize.code == "canceled" and state.max_attempts == 2
+    assert machine.cancel(state, utcnow()) is None  # asked twice: nothing more to write
+    cleaned = waiting.evolve(
+        pipeline=PipelineState(("clean",), {"clean": StageRecord("succeeded")})
+    )
+    final = machine.cancel(cleaned, utcnow())  # nothing left to clean up: canceled now
+    assert final is not None and final.state.status == Status.CANCELED
 
 
 def test_a_worker_dying_while_canceling_leads_to_finalize_then_canceled() -> None:

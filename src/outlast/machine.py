@@ -473,10 +473,14 @@ def cancel(state: JobState, now: datetime) -> Change | None:
     A *running* job with cleanup left to run (a pipeline whose ``ALL_DONE`` stages have not
     run) is not made terminal yet: it gets ``cancel_requested``, its worker runs the cleanup
     (recorded like any stage) and then records ``canceled`` (if the worker dies first,
-    reconciling finishes it).
+    reconciling finishes it). So does a pipeline canceled *between* attempts (waiting for its
+    retry, or paused for an answer) after one started: :func:`_cancel_to_cleanup`.
     """
     if state.terminal:
         return None
+    between = state.status in (Status.PENDING, Status.PAUSED) and state.attempts > 0
+    if between and _cleanup_pending(state):
+        return _cancel_to_cleanup(state, now)
     if state.status == Status.RUNNING and _cleanup_pending(state):
         if state.cancel_requested:
             return None
@@ -487,6 +491,30 @@ def cancel(state: JobState, now: datetime) -> Change | None:
     new = state.evolve(status=Status.CANCELED, error=error, updated_at=now, finished_at=now)
     event = NewEvent(JOB_STEP, EventStatus.FAILED, {"error": error.to_dict()})
     return Change(new, (event,), interrupts=state.status == Status.RUNNING)
+
+
+def _cancel_to_cleanup(state: JobState, now: datetime) -> Change | None:
+    """A pipeline canceled while it waits between attempts, after one of them started (a
+    retry after a death or a failure, a pause for an answer): what that attempt began may
+    need its cleanup, so the job gets one more run for its ``ALL_DONE`` stages only (as a
+    finalize, :func:`_finalize`; ``cancel_requested`` set, as in a cancel of a running job),
+    then ends ``canceled``. A finalize run already queued becomes the cancel's."""
+    assert state.pipeline is not None
+    finalize = state.pipeline.finalize
+    if state.cancel_requested and finalize is not None and finalize.code == ErrorCode.CANCELED:
+        return None  # asked already
+    error = ErrorInfo(ErrorCode.CANCELED, "the job was canceled")
+    new = state.evolve(
+        status=Status.PENDING,
+        error=error,
+        run_after=None,
+        cancel_requested=True,
+        pipeline=replace(state.pipeline, finalize=error),
+        max_attempts=state.max_attempts + (1 if finalize is None else 0),
+        updated_at=now,
+    )
+    message = {"cancel_requested": True, "finalize": True}
+    return Change(new, (NewEvent(JOB_STEP, EventStatus.PROGRESS, message),), claimable=True)
 
 
 def cancel_now(

@@ -231,3 +231,29 @@ def test_cancel_during_the_poll_stage_runs_cleanup_pool(env: Env) -> None:
     _assert_canceled_and_cleaned(env, task, pid)
     pool.send_signal(signal.SIGTERM)
     assert pool.wait(TIMEOUT) == 0
+
+
+def test_cancel_while_paused_runs_cleanup_pool(env: Env) -> None:
+    """The seed's watcher paused for its approval, its export begun, then canceled: the
+    cleanup stage still removes the files and stops the export (one more run, for the
+    cleanup only), and the job is canceled. It was canceled at once, the export left."""
+    task = pipelines.PAUSE.submit(_pause_payload(env))
+    env.run_pool()
+    paused = env.store.get(task.id)
+    _assert_paused(env, paused)
+    canceled = env.cli("cancel", task.id)
+    assert canceled.returncode == 0, canceled.stderr
+    env.run_pool()
+    _assert_canceled_and_cleaned(env, task, export_pid(paused))
+    assert steps_of(env.events(task.id), "approve") == ["started"]  # not asked again
+
+
+def test_cancel_while_paused_runs_cleanup_dedicated(env: Env) -> None:
+    """The same, spawned: the cancel starts a dedicated worker for the cleanup (pools never
+    claim a spawned job; without it, whoever reconciles the job would, a few seconds on)."""
+    task = pipelines.PAUSE.spawn(_pause_payload(env))
+    paused = env.wait_state(task.id, lambda s: s.status == Status.PAUSED, what="the pause")
+    _assert_paused(env, paused)
+    canceled = env.cli("cancel", task.id)
+    assert canceled.returncode == 0, canceled.stderr
+    _assert_canceled_and_cleaned(env, task, export_pid(paused))

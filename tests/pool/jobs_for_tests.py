@@ -360,3 +360,36 @@ CANCEL_CLEANUP_DIES = Pipeline(
     ],
     attempts=3,
 )
+
+
+def _begin_export(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """What a cleanup must undo (the seed's export): a line ``B attempt``."""
+    append(payload["path"], f"B {outlast.current().attempt} {os.getpid()}")
+    if payload.get("flaky") and outlast.current().attempt == 1:
+        raise RuntimeError("the export's status could not be read (transient)")
+    return {}, "export begun"
+
+
+def _approve(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    if outlast.current().answer is None:
+        raise outlast.Pause({"question": "publish the export?"})
+    return {}, "approved"
+
+
+def _undo_export(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    append(payload["path"], f"C {outlast.current().attempt} {os.getpid()}")
+    return {}, "cleaned"
+
+
+#: Begins an export, then asks a person (or, with ``flaky``, fails its first attempt and
+#: waits for its retry); the cleanup undoes the export. Canceled while it waits, the
+#: cleanup must still run.
+EXPORT_THEN_WAIT = Pipeline(
+    "pt.export_then_wait",
+    [
+        Stage("export", _begin_export),
+        Stage("approve", _approve),
+        Stage("cleanup", _undo_export, trigger=ALL_DONE),
+    ],
+    attempts=2,
+)

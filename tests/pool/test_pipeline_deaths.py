@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from outlast.model import JobState, Status
+from outlast.run import reap
 from outlast.run.api import create_job
 from outlast.run.pool import Pool
 from outlast.store import open_store
@@ -91,3 +92,30 @@ def test_a_pipeline_whose_cleanup_died_after_a_cancel_ends_canceled(
     assert ran.state.status == Status.CANCELED, ran.said
     kinds = [line.split()[0] for line in ran.lines]
     assert kinds == ["W", "C", "C"], (ran.lines, ran.said)  # the work never again
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("waits", ["paused", "retry"])
+def test_a_pipeline_canceled_between_attempts_runs_its_cleanup(
+    tmp_path: Path, url: str, waits: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its first attempt began an export, then the job waits: paused for an answer, or
+    pending for its retry (a 60 s backoff). Canceled then, it runs its cleanup in one more
+    run, and ends canceled (it was canceled at once, the export never cleaned up)."""
+    monkeypatch.setenv("OUTLAST_RETRY_DELAY", "60")
+    lines = tmp_path / "lines.txt"
+    payload = {"path": str(lines), "flaky": waits == "retry"}
+    with open_store(url) as store:
+        pool = Pool(store, concurrency=1, queues=["mine"], imports=[jobs_for_tests.MODULE])
+        with _running(pool):
+            job = create_job(store, "pt.export_then_wait", payload=payload, queue="mine").id
+            expect = Status.PAUSED if waits == "paused" else Status.PENDING
+            until(lambda: (store.get(job).status == expect and lines.exists()) or None, 30, waits)
+            _, after = reap.cancel(store, job)
+            assert after.status == Status.PENDING and after.cancel_requested, after
+            until(lambda: store.get(job).terminal or None, 30, "the cleanup")
+        state = store.get(job)
+    said = (state.status, state.attempts, state.error, read_lines(lines))
+    assert state.status == Status.CANCELED, said
+    assert [line.split()[:2] for line in read_lines(lines)] == [["B", "1"], ["C", "2"]], said
+    assert state.pipeline is not None and state.pipeline.stages["cleanup"].status == "succeeded"

@@ -113,6 +113,10 @@ def cancel(store: Store, job_id: str) -> tuple[JobState, JobState]:
         from outlast.run import procs
 
         procs.kill_leftovers(before.pid, before.pid_started_at)
+    if after.status == Status.PENDING and after.queue == DEDICATED and after.worker is None:
+        from outlast.run.spawn import spawn_dedicated  # a paused spawned pipeline's cleanup
+
+        spawn_dedicated(store, job_id)
     return before, after
 
 
