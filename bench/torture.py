@@ -15,6 +15,13 @@ Sections (each prints its figures and every broken promise; exit 1 if any):
   the job records and the store are compared: lost (not succeeded), stuck (still held),
   overlapping attempts of one job, one attempt number started twice, re-runs of a function
   that had returned, burned attempts (counted but never started) and starts not counted.
+- ``pipelines``: per store, pools drain pipelines (``torture_jobs.PIPE``: work that fails
+  for good in a quarter of them, publish, an ``ALL_DONE`` cleanup; each stage records its
+  runs) while the harness SIGKILLs a pool and cancels a live job at random every 0.05-0.3 s.
+  Judged at the end: every pipeline finished; a canceled one ended canceled (or, if its
+  cancel landed after its other stages had ended, as they came to), one that failed for
+  good ended failed, the rest succeeded; none published after failing; and every one whose
+  work began ran its cleanup to its end.
 - ``supervisors``: command jobs (``sh -c 'sleep & sleep; wait'``) whose supervisor is
   SIGKILLed; reconcile must end the job and leave none of its processes behind.
 - ``pg-restart``: pools on a private PostgreSQL server (``initdb`` + ``pg_ctl``, never the
@@ -69,8 +76,22 @@ BASE_ATTEMPTS = 50  # torture.work's attempts: a job killed mid-run this often i
 HOST = os.uname().nodename
 
 PROFILES: dict[str, dict[str, int]] = {
-    "quick": {"kills": 12, "pools": 2, "supervisors": 4, "restarts": 2, "restart_jobs": 600},
-    "full": {"kills": 1000, "pools": 3, "supervisors": 50, "restarts": 10, "restart_jobs": 4000},
+    "quick": {
+        "kills": 12,
+        "pools": 2,
+        "supervisors": 4,
+        "restarts": 2,
+        "restart_jobs": 600,
+        "pipeline_cycles": 20,
+    },
+    "full": {
+        "kills": 1000,
+        "pools": 3,
+        "supervisors": 50,
+        "restarts": 10,
+        "restart_jobs": 4000,
+        "pipeline_cycles": 300,
+    },
 }
 #: The percentage of the kill sections' jobs that are 0-5 ms (the rest: 10-100 ms), by profile.
 SHORT_JOBS = {"quick": 0, "full": 50}
@@ -272,24 +293,37 @@ ZERO = ("lost", "stuck", "attempt started twice", "overlapping attempts", "burne
 
 
 # ---------------------------------------------------------------------------- sections
-def kills(kind: str, profile: dict[str, int], pg: str | None) -> Section:
-    section = Section(f"kills ({kind})")
+def _on_store(
+    section: Section, kind: str, pg: str | None, run: Callable[[Store, str, Path], None]
+) -> Section:
+    """Run ``run(store, url, folder)`` on a fresh store of ``kind`` in a private folder,
+    kept for inspection if a promise broke (the records and the pools' stderr)."""
     folder = Path(tempfile.mkdtemp(prefix="outlast-torture-"))
     os.chmod(folder, 0o700)
-    records = folder / "records.txt"
     try:
         with _store(kind, pg, folder) as opened:
             if opened is None:
                 section.skipped = f"no PostgreSQL at {pg}"
                 return section
-            store, url = opened
-            _kill_cycles(store, url, folder, records, profile, section)
+            run(*opened, folder)
     finally:
-        if section.failures:  # the records and the pools' stderr, to look into
+        if section.failures:
             section.figures["kept for inspection"] = str(folder)
         else:
             shutil.rmtree(folder, ignore_errors=True)
     return section
+
+
+def kills(kind: str, profile: dict[str, int], pg: str | None) -> Section:
+    section = Section(f"kills ({kind})")
+    return _on_store(
+        section,
+        kind,
+        pg,
+        lambda store, url, folder: _kill_cycles(
+            store, url, folder, folder / "records.txt", profile, section
+        ),
+    )
 
 
 def _kill_cycles(
@@ -332,16 +366,7 @@ def _kill_cycles(
         if (kill + 1) % 50 == 0:  # keep the store small (the files store scans it)
             _archive(store, archive, archived_events)
     elapsed = time.monotonic() - t_start
-    pools.stop_all()
-    reap.reconcile_all(store, store.abandoned_jobs(thorough=True))
-    drain = Pools(url, folder, "--burst")
-    burst = drain.start()
-    try:
-        burst.wait(600)
-    except subprocess.TimeoutExpired:
-        section.failures.append("the final --burst pool did not drain the store in 600 s")
-        burst.kill()
-    drain.live = []
+    _stop_and_drain(store, url, folder, pools, section)
     examples: dict[str, list[str]] = {}
     counts = analyse([*archive.values(), *store.list(limit=None)], records, deaths, examples)
     _dump(store, examples, folder / "problems.txt", archived_events, kill_log)
@@ -349,6 +374,19 @@ def _kill_cycles(
     _judge(section, counts, detection, undetected, profile["kills"])
     # every pool's stderr is in the one folder (the drain's too)
     section.failures += [f"traceback in a pool: {t}" for t in pools.tracebacks()]
+
+
+def _stop_and_drain(store: Store, url: str, folder: Path, pools: Pools, section: Section) -> None:
+    """Stop the pools, reconcile what the killed ones held, and let one ``--burst`` pool
+    drain the rest."""
+    pools.stop_all()
+    reap.reconcile_all(store, store.abandoned_jobs(thorough=True))
+    burst = Pools(url, folder, "--burst").start()
+    try:
+        burst.wait(600)
+    except subprocess.TimeoutExpired:
+        section.failures.append("the final --burst pool did not drain the store in 600 s")
+        burst.kill()
 
 
 def _judge(
@@ -396,6 +434,112 @@ def _dump(
         out.write("== kills (time, pool pid)\n")
         for killed_at, pid in kill_log:
             out.write(f"   {killed_at:.6f} {pid}\n")
+
+
+def pipelines(kind: str, profile: dict[str, int], pg: str | None) -> Section:
+    """Pipelines (``torture_jobs.PIPE``) drained by pools that are SIGKILLed at random while
+    the harness cancels jobs at random (``outlast cancel``), then judged by their records."""
+    section = Section(f"pipelines ({kind})")
+    return _on_store(
+        section,
+        kind,
+        pg,
+        lambda store, url, folder: _pipeline_cycles(store, url, folder, profile, section),
+    )
+
+
+def _pipeline_cycles(
+    store: Store, url: str, folder: Path, profile: dict[str, int], section: Section
+) -> None:
+    records = folder / "records.txt"
+    fails: set[str] = set()
+    canceled: set[str] = set()  # a cancel that landed while the job was live
+
+    def submit(n: int) -> None:
+        for _ in range(n):
+            fail = random.random() < 0.25
+            payload = {"path": str(records), "seconds": random.uniform(0.01, 0.1), "fail": fail}
+            job_id = create_job(store, "torture.pipe", payload=payload).id
+            if fail:
+                fails.add(job_id)
+
+    pools = Pools(url, folder)
+    submit(60)
+    for _ in range(profile["pools"]):
+        pools.start()
+    kills = cancels = 0
+    for _ in range(profile["pipeline_cycles"]):
+        time.sleep(random.uniform(0.05, 0.3))
+        if random.random() < 0.5:
+            victim = random.choice(pools.live)
+            victim.kill()
+            victim.wait()
+            pools.live.remove(victim)
+            pools.start()
+            kills += 1
+        live = [s for s in store.list(limit=200) if not s.terminal and s.id not in canceled]
+        if live and random.random() < 0.5:
+            _, after = reap.cancel(store, random.choice(live).id)
+            if after.status == Status.CANCELED or after.cancel_requested:
+                canceled.add(after.id)
+                cancels += 1
+        if len(store.list(Status.PENDING, limit=100)) < 30:
+            submit(60)
+    _stop_and_drain(store, url, folder, pools, section)
+    states = store.list(limit=None)
+    lines: dict[str, list[str]] = defaultdict(list)
+    for line in records.read_text().splitlines() if records.exists() else []:
+        mark, job_id = line.split()[:2]
+        lines[job_id].append(mark)
+    wrong, examples = _judge_pipelines(states, lines, fails, canceled)
+    _dump(store, examples, folder / "problems.txt", {}, [])
+    section.figures.update(
+        pipelines=len(states),
+        kills=kills,
+        cancels=cancels,
+        **{"failed for good": len(fails)},
+        **{"cleanups run to the end": sum("C1" in m for m in lines.values())},
+    )
+    for problem, n in sorted(wrong.items()):
+        section.failures.append(f"{problem}: {n}")
+    section.failures += [f"traceback in a pool: {t}" for t in pools.tracebacks()]
+
+
+def _judge_pipelines(
+    states: list[JobState], lines: dict[str, list[str]], fails: set[str], canceled: set[str]
+) -> tuple[Counter[str], dict[str, list[str]]]:
+    """Each pipeline's end against what was done to it and what its stages recorded: how
+    many broke each promise, and the ids of those that did."""
+    wrong: Counter[str] = Counter()
+    examples: dict[str, list[str]] = defaultdict(list)
+    for state in states:
+        marks = lines[state.id]
+        expected = (
+            Status.CANCELED
+            if state.id in canceled
+            else Status.FAILED
+            if state.id in fails
+            else Status.SUCCEEDED
+        )
+        # a cancel that landed once every other stage had ended leaves what they came to
+        allowed = {expected}
+        if state.id in canceled and "P" in marks:
+            allowed.add(Status.SUCCEEDED)
+        if state.id in canceled and "F" in marks:
+            allowed.add(Status.FAILED)
+        problems = []
+        if not state.terminal:
+            problems.append("not finished")
+        elif state.status not in allowed:
+            problems.append(f"ended {state.status}, expected {expected}")
+        if "W" in marks and "C1" not in marks:
+            problems.append("began, and its cleanup never ran to its end")
+        if state.id in fails and "P" in marks:
+            problems.append("published after its work failed for good")
+        for problem in problems:
+            wrong[problem.split(",")[0]] += 1
+            examples[problem].append(state.id)
+    return wrong, examples
 
 
 def supervisors(profile: dict[str, int], pg: str | None) -> Section:
@@ -571,6 +715,7 @@ def main(argv: list[str] | None = None) -> int:
     stores = args.stores.split(",")
     plan: list[tuple[str, Callable[[], Section]]] = [
         *[("kills", lambda k=k: kills(k, profile, args.pg)) for k in stores],
+        *[("pipelines", lambda k=k: pipelines(k, profile, args.pg)) for k in stores],
         ("supervisors", lambda: supervisors(profile, args.pg)),
         ("pg-restart", lambda: pg_restart(profile)),
         ("corruption", lambda: corruption(args.quick, args.pg if _pg_up(args.pg) else None)),

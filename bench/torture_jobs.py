@@ -1,4 +1,5 @@
-"""The job the torture harness runs (imported by its pools with ``--import torture_jobs``).
+"""The jobs the torture harness runs (imported by its pools with ``--import torture_jobs``):
+``torture.work`` for the kill sections, the pipeline ``torture.pipe`` for ``pipelines``.
 
 Each call appends ``S id attempt pid time`` to a record file before its work and
 ``E id attempt pid time`` after it, one ``write`` each (``O_APPEND``: lines from concurrent
@@ -13,6 +14,7 @@ import os
 import time
 
 import outlast
+from outlast.pipeline import ALL_DONE, Pipeline, Stage
 
 
 def _append(path: str, line: str) -> None:
@@ -30,3 +32,46 @@ def work(path: str, seconds: float) -> str:
     time.sleep(seconds)
     _append(path, f"E {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f}")
     return ctx.job_id
+
+
+def _work(payload: dict) -> tuple[dict, str]:
+    """Begins what the cleanup must undo (``W``), works ``seconds`` while looking for a
+    cancel, then fails for good (``F``) if the payload says so."""
+    ctx = outlast.current()
+    _append(payload["path"], f"W {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f}")
+    end = time.monotonic() + payload["seconds"]
+    while time.monotonic() < end:
+        ctx.check_cancel()
+        time.sleep(0.005)
+    if payload["fail"]:
+        _append(payload["path"], f"F {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f}")
+        raise outlast.Fail("refused")
+    return {}, "worked"
+
+
+def _publish(payload: dict) -> tuple[dict, str]:
+    ctx = outlast.current()
+    _append(payload["path"], f"P {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f}")
+    return {}, "published"
+
+
+def _cleanup(payload: dict) -> tuple[dict, str]:
+    """``C0`` as it begins and ``C1`` once done, a few milliseconds apart."""
+    ctx = outlast.current()
+    _append(payload["path"], f"C0 {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f}")
+    time.sleep(payload["seconds"] / 5)
+    _append(payload["path"], f"C1 {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f}")
+    return {}, "cleaned"
+
+
+#: The pipelines section's job: work (that may fail for good), publish, and a cleanup that
+#: must run to its end whatever is killed or canceled on the way.
+PIPE = Pipeline(
+    "torture.pipe",
+    [
+        Stage("work", _work),
+        Stage("publish", _publish),
+        Stage("cleanup", _cleanup, trigger=ALL_DONE),
+    ],
+    attempts=50,
+)

@@ -110,6 +110,10 @@ def test_an_attempt_failing_while_canceling_is_not_retried() -> None:
     final = machine.fail(cleaned, 1, error, True, 1.0, utcnow())
     assert final is not None and final.state.status == Status.CANCELED
     assert final.state.error is not None and final.state.error.code == "canceled"
+    # failed for good (a stage's Fail, no retry) before the cancel came: it stays failed
+    refused = ErrorInfo(ErrorCode.ERROR, "refused", type="Fail")
+    failed = machine.fail(cleaned, 1, refused, False, 1.0, utcnow())
+    assert failed is not None and failed.state.status == Status.FAILED
 
 
 def test_a_released_attempt_keeps_its_fencing_token() -> None:

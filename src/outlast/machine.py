@@ -436,8 +436,9 @@ def fail(
     now: datetime,
     keep_worker: bool = False,
 ) -> Change | None:
-    """A failed attempt: back to pending with backoff while attempts are left, else failed;
-    an attempt of a pipeline being canceled is never retried (:func:`_canceled_at_end`).
+    """A failed attempt: back to pending with backoff while attempts are left, else failed.
+    A pipeline being canceled is never retried (:func:`_canceled_at_end`); one that failed
+    for good before its cancel came (``retry`` false: a stage's ``Fail``) ends failed.
 
     ``keep_worker`` is for a dedicated worker (a command's supervisor) that will retry the job
     itself: the job stays bound to it, so its death while waiting is detected as abandonment.
@@ -447,7 +448,7 @@ def fail(
     if state.status not in (Status.RUNNING, Status.PENDING):
         raise InvalidTransition(f"job {state.id}: cannot fail a {state.status} job")
     message = {"attempt": state.attempts, "error": error.to_dict()}
-    if state.cancel_requested:  # failed (its process died) while cleaning up after a cancel
+    if state.cancel_requested and retry:  # its process died while cleaning up after a cancel
         return _canceled_at_end(state, message, now)
     if retry and state.attempts < state.max_attempts:
         delay = backoff(state.attempts, delay_base)
