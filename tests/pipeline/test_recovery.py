@@ -257,3 +257,25 @@ def test_cancel_while_paused_runs_cleanup_dedicated(env: Env) -> None:
     canceled = env.cli("cancel", task.id)
     assert canceled.returncode == 0, canceled.stderr
     _assert_canceled_and_cleaned(env, task, export_pid(paused))
+
+
+def test_cancel_while_waiting_for_a_retry_runs_cleanup_dedicated(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spawned, its first attempt spawned the export and failed in the poll stage; its
+    dedicated worker waits out a long backoff for the retry. Canceled then, the worker runs
+    the cleanup at once (not after the backoff), and the job is canceled."""
+    monkeypatch.setenv("OUTLAST_RETRY_DELAY", "60")
+    task = pipelines.RETRY.spawn(env.payload(delay=0.3, spawn_log=str(env.tmp / "spawn.log")))
+    waiting = env.wait_state(
+        task.id,
+        lambda s: s.status == Status.PENDING and s.attempts == 1 and s.run_after is not None,
+        what="the retry's backoff",
+    )
+    canceled = env.cli("cancel", task.id)
+    assert canceled.returncode == 0, canceled.stderr
+    _assert_canceled_and_cleaned(env, task, export_pid(waiting))
+    events = env.events(task.id)
+    assert steps_of(events, actions.AWAIT) == ["started"]  # never polled again
+    assert steps_of(events, actions.CLEANUP) == ["started", "completed"]
+    assert env.store.get(task.id).attempts == 2  # the cleanup's run
