@@ -158,14 +158,22 @@ def wait_for(path: str, limit: float = 60.0) -> str:
     return "there"
 
 
+def _first_death(path: str) -> bool:
+    """True the first time only: ``path.died`` then holds this process's pid (the one about
+    to die)."""
+    if os.path.exists(path + ".died"):
+        return False
+    append(path + ".died", str(os.getpid()))
+    return True
+
+
 @outlast.job(name="pt.die_once", attempts=3)
 def die_once(path: str) -> str:
     """Append ``S id attempt pid`` as it starts; the first time, SIGKILL its own process
     (``path.died`` notes that it did); after that, return."""
     ctx = outlast.current()
     append(path, f"S {ctx.job_id} {ctx.attempt} {os.getpid()}")
-    if not os.path.exists(path + ".died"):
-        append(path + ".died", str(os.getpid()))
+    if _first_death(path):
         os.kill(os.getpid(), signal.SIGKILL)
     return "lived"
 
@@ -176,9 +184,8 @@ def _die_once_journaled(path: str) -> bool:
     classes are wrapped in this process: the OOM killer, a stray ``kill``)."""
     from outlast.store.journal import Journal
 
-    if os.path.exists(path + ".died"):
+    if not _first_death(path):
         return False
-    append(path + ".died", str(os.getpid()))
     classes, todo = [], [Journal]
     while todo:
         cls = todo.pop()
@@ -324,8 +331,7 @@ def _cleanup_dies_once(payload: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The cleanup: a line; the first time, its process dies (``os._exit``) right after."""
     path = payload["path"]
     append(path, f"C {outlast.current().attempt} {os.getpid()}")
-    if not os.path.exists(path + ".died"):
-        append(path + ".died", str(os.getpid()))
+    if _first_death(path):
         os._exit(3)
     return {}, "cleaned"
 
