@@ -257,11 +257,19 @@ class Task:
         )
 
     def cancel(self) -> JobState:
-        """Mark the job canceled (from pending, running or paused); safe at any time.
+        """Cancel the job (pending, running or paused); safe at any time.
 
         The terminal check and the write are one atomic step. The live worker sees the change
         through the store's notification and stops the work; a job already finished keeps its
-        outcome, and the returned state says which.
+        outcome, and the returned state says which. A pipeline with ``ALL_DONE`` stages still
+        to run is not ``canceled`` at once: ``cancel_requested`` is set and its cleanup runs
+        first (a running one, in its worker; one that waits for a retry or an answer after
+        an attempt began, in one more run), then it ends ``canceled``. That run needs a
+        worker: a pool's job gets one from its pools; a spawned job (``@dedicated``) needs a
+        new dedicated worker, which the run layer's cancel (``outlast cancel``, HTTP, MCP,
+        ``outlast.run.reap.cancel``) starts at once; after this store-level cancel, whoever
+        next reconciles the job through the run layer (a status read, a wait, a pool's
+        maintainer) starts it once it has waited ``reap.STRANDED_AFTER`` seconds.
         """
         return self._apply(lambda s: machine.cancel(s, utcnow()))
 
