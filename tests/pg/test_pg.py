@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from outlast import codec
@@ -265,13 +266,13 @@ def test_a_pools_outcomes_are_one_guarded_statement_and_a_changed_row_is_read_ag
         other.close()
 
 
-def test_an_outcome_record_sent_ahead_is_in_once_settled_and_a_lost_one_is_logged(
+def test_an_outcome_record_sent_ahead_is_in_once_settled_even_if_its_session_dies(
     pgstore: PostgresStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A job process sends its outcome's record (``send_returned``) and hands the outcome
     to its pool while it is on its way; once ``settle`` returns, the record is in and the
-    job's shared lock is gone with it. A record whose connection dies on the way is logged,
-    and the next record goes on a new connection."""
+    job's shared lock is gone with it. A record whose session the server ends while it is
+    on its way goes again, once, on a new session: in, and nothing logged."""
     job = pgstore.create(name="j")
     journal = pgstore.journal("host:1", "tok+1")
     key = (job.id, 1)
@@ -304,11 +305,98 @@ def test_an_outcome_record_sent_ahead_is_in_once_settled_and_a_lost_one_is_logge
     with support.connect() as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
     caplog.set_level(logging.WARNING)
-    journal.settle()  # answered, or lost (and logged): never raises
-    assert journal._pending is None  # type: ignore[attr-defined]
-    assert journal.started((job.id, 3))  # a new connection
+    journal.settle()  # answered before the end, or sent again on a new session
+    assert not journal._direct.pending  # type: ignore[attr-defined]
+    assert (line() or "").startswith("o ")
+    assert journal.started((job.id, 3))  # on a new session
+    assert journal._conn.info.backend_pid != backend  # type: ignore[attr-defined]
     assert (line() or "").startswith("s ")
+    assert not [r for r in caplog.records if "cannot" in r.getMessage()]
     journal._conn.close()  # type: ignore[attr-defined]  # (a job process's ends with it)
+
+
+def test_a_journal_whose_idle_session_the_server_ended_goes_on_on_a_new_one(
+    pgstore: PostgresStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server ends a job process's idle journal session (a restart, an idle timeout,
+    an administrator): the next record goes again, once, on a new session, and is in,
+    with nothing logged; it is not lost for the attempt."""
+    job = pgstore.create(name="j")
+    journal = pgstore.journal("host:1", "tok+1")
+    assert journal.started((job.id, 1))
+    backend = journal._conn.info.backend_pid  # type: ignore[attr-defined]
+    with support.connect() as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        for _ in range(100):  # until the server has ended it
+            alive = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (backend,)
+            ).fetchone()
+            if alive == (0,):
+                break
+            time.sleep(0.02)
+    caplog.set_level(logging.WARNING)
+    journal.send_returned((job.id, 1), Outcome("succeed", value=1))
+    journal.settle()
+    assert journal._conn.info.backend_pid != backend  # type: ignore[attr-defined]
+    rows = pgstore._query(
+        "line", f'SELECT line FROM "{pgstore.schema}".journal WHERE id = %s', (job.id,)
+    )
+    assert rows and str(rows[0][0]).startswith("o ")  # the outcome's record is in
+    assert not [r for r in caplog.records if "cannot" in r.getMessage()]
+    journal.close()
+
+
+def test_statements_sent_through_libpq_directly_answer_and_fail_as_psycopgs() -> None:
+    """``_pg.Direct`` (a job process's journal statements): a statement is prepared once
+    per session (the same text prepared by an earlier helper on that session is reused),
+    its answer is read by ``wait`` (one sent ahead is answered before the next goes), the
+    server's error comes back as psycopg's class for its SQLSTATE and the session stays
+    usable; a wait cut off by a signal handler's exception goes on where it stopped."""
+    from outlast.store import _pg
+
+    with support.connect() as conn:
+        conn.autocommit = True
+        conn.execute("CREATE TEMP TABLE t (id int PRIMARY KEY, v text)")
+        direct = _pg.Direct(conn)
+        insert = "INSERT INTO t VALUES ($1::int4, $2::text)"
+        direct.send(insert, ["1", "one"])
+        assert direct.pending
+        direct.send(insert, ["2", "two"])  # after the first one's answer
+        direct.wait()
+        assert not direct.pending
+        direct.wait()  # nothing out: nothing to read
+        with pytest.raises(psycopg.errors.UniqueViolation, match="duplicate key"):
+            direct.run(insert, ["1", "again"])
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            direct.run("SELECT 1 / $1::int4", ["0"])
+        again = _pg.Direct(conn)  # a new helper on the same session: prepared already
+        again.run(insert, ["3", "three"])
+        rows = conn.execute("SELECT id, v FROM t ORDER BY id").fetchall()
+        assert rows == [(1, "one"), (2, "two"), (3, "three")]
+        prepared = conn.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'outlast_%'"
+        ).fetchone()
+        assert prepared == (2,)
+        # cut off while it waits (a signal handler's exception): the next wait goes on
+        slow = _pg.Direct(conn)
+        slow.send("SELECT pg_sleep($1::float8)", ["0.3"])
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            with pytest.raises(KeyboardInterrupt):
+                slow.wait()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        assert slow.pending
+        slow.wait()
+        assert not slow.pending
+        slow.run(insert, ["4", "four"])
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (4,)
 
 
 def test_fusing_keeps_the_order_and_never_joins_two_writes_of_one_table() -> None:

@@ -103,6 +103,114 @@ def socket_of(conn: Conn | None) -> int | None:
         return None
 
 
+# ----------------------------------------------------------------------- libpq directly
+class Direct:
+    """A few fixed statements on one autocommit connection, sent through libpq itself
+    (psycopg's documented ``psycopg.pq`` wrapper) rather than psycopg's cursors: each is
+    prepared once per connection, its parameters go as text, its answer is read by
+    :meth:`wait`. That costs ~32 µs of CPU a statement where ``Connection.execute`` costs ~54
+    and a pipelined one ~86 (psycopg's adapters, cursor and pipeline are Python): a job
+    process runs two such statements per job (its journal, BENCHMARKS.md issue #18).
+
+    The connection must be used by nothing else while a statement is out (a journal's own
+    connection). Failures are psycopg's errors (the server's by its SQLSTATE), so the
+    callers' :func:`translated` applies. A send or a wait cut off by an exception (a signal
+    handler's) leaves libpq's state whole: the next :meth:`wait` goes on where it stopped.
+    """
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self._prepared: set[bytes] = set()
+        self._out = False
+        self._ended = False  # the server said FATAL: the session is over
+        conn.add_notice_handler(self._noticed)
+
+    def _noticed(self, diag: psycopg.errors.Diagnostic) -> None:
+        # an error while nothing is out comes as a notice: the server ending the session
+        if diag.severity_nonlocalized in ("FATAL", "PANIC"):
+            self._ended = True
+
+    @property
+    def pending(self) -> bool:
+        """Whether a statement was sent and its answer not yet read."""
+        return self._out
+
+    def alive(self) -> bool:
+        """Whether the session is still up, as far as what the server sent says: one it
+        ended (a restart, an idle timeout, an administrator) sent its FATAL, read here
+        (one ``select`` when nothing came)."""
+        pg = self.conn.pgconn
+        try:
+            while not self._out and select.select([pg.socket], [], [], 0)[0]:
+                pg.consume_input()  # the end raises, once the socket is shut
+                pg.is_busy()  # parses what came: an error while idle goes to _noticed
+                if self._ended or pg.status != psycopg.pq.ConnStatus.OK:
+                    break
+        except (psycopg.OperationalError, OSError):
+            self._ended = True
+        return not self._ended and pg.status == psycopg.pq.ConnStatus.OK
+
+    def send(self, sql: str, params: Sequence[str]) -> None:
+        """Send ``sql`` (``$1``… placeholders; prepared on its first use, under a name made
+        from its text, so the same text prepared before on the session is the same
+        statement) with ``params``, after the answer to what was sent before."""
+        self.wait()
+        pg = self.conn.pgconn
+        text = sql.encode()
+        name = b"outlast_%08x" % zlib.crc32(text)
+        if name not in self._prepared:
+            pg.send_prepare(name, text)
+            self._out = True
+            with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
+                self.wait()
+            self._prepared.add(name)
+        pg.send_query_prepared(name, [p.encode() for p in params])
+        self._out = True
+        self._flush()
+
+    def run(self, sql: str, params: Sequence[str]) -> None:
+        """:meth:`send`, then :meth:`wait`."""
+        self.send(sql, params)
+        self.wait()
+
+    def _flush(self) -> None:
+        pg = self.conn.pgconn
+        while pg.flush():
+            select.select([], [pg.socket], [])
+
+    def wait(self) -> None:
+        """Read the answer to the statement sent, if one is out; the server's error raised."""
+        if not self._out:
+            return
+        pg = self.conn.pgconn
+        self._flush()  # what a send cut off left
+        pg.consume_input()
+        while pg.is_busy():
+            select.select([pg.socket], [], [])
+            pg.consume_input()
+        failed = None
+        while (result := pg.get_result()) is not None:
+            if failed is None and result.status not in _OK:
+                failed = result
+        self._out = False
+        if failed is not None:
+            if failed.error_field(psycopg.pq.DiagnosticField.SEVERITY_NONLOCALIZED) in (
+                b"FATAL",
+                b"PANIC",
+            ):
+                self._ended = True
+            state = (failed.error_field(psycopg.pq.DiagnosticField.SQLSTATE) or b"").decode()
+            message = failed.error_message.decode(errors="replace").strip()
+            try:
+                cls: type[psycopg.Error] = psycopg.errors.lookup(state)
+            except KeyError:
+                cls = psycopg.DatabaseError
+            raise cls(message or "the statement failed")
+
+
+_OK = (psycopg.pq.ExecStatus.COMMAND_OK, psycopg.pq.ExecStatus.TUPLES_OK)
+
+
 # ---------------------------------------------------------------------------------- fork
 class _Forkable(Protocol):
     def _forget_after_fork(self) -> None: ...

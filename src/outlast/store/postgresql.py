@@ -838,9 +838,11 @@ class _PgJournal(Journal):
         self._conn: Conn | None = None
         self._held: tuple[int, int] | None = None
         self._failing = False
-        #: A record sent and not yet answered (:meth:`send_returned`): its pipeline, whose
-        #: exit waits for the answer.
-        self._pending: contextlib.AbstractContextManager[Any] | None = None
+        #: The connection's statements; one may be out, not yet answered
+        #: (:meth:`send_returned`): :meth:`settle` reads its answer.
+        self._direct: _pg.Direct | None = None
+        #: The last statement sent and its parameters (sent again if its session died).
+        self._sent: tuple[str, list[str]] | None = None
 
     def claimed(self, keys: Sequence[Key], started: bool = False) -> None:
         self.store._journal_claims(self.records(keys, started))
@@ -853,12 +855,12 @@ class _PgJournal(Journal):
 
     def started(self, key: Key) -> bool:
         if self._held is not None:  # an attempt that never said how it ended
-            self._run("let go of a job", "SELECT pg_advisory_unlock_shared(%s, %s)", self._held)
+            self._run("let go of a job", _UNLOCK_SHARED, self._held)
             self._held = None
         pair = lock_pair(lock_key(self.store.schema, key[0]))
         sql = (
-            "WITH l AS (SELECT pg_advisory_lock_shared(%s, %s))"
-            f" INSERT INTO {self._table} SELECT %s, %s FROM l{_UPSERT}"
+            "WITH l AS (SELECT pg_advisory_lock_shared($1::int4, $2::int4))"
+            f" INSERT INTO {self._table} SELECT $3::text, $4::text FROM l{_UPSERT}"
         )
         if not self._run("journal a start", sql, (*pair, key[0], record_line("s", key))):
             return False
@@ -871,58 +873,86 @@ class _PgJournal(Journal):
 
     def send_returned(self, key: Key, outcome: Outcome) -> None:
         """The outcome's record (and the job's shared lock let go with it, in the same
-        statement) sent in a pipeline, not waited for: the job's process hands the outcome
-        to its pool meanwhile and waits in :meth:`settle`, a round trip less before the
-        pool has it. The job stays alive until the statement has run (its shared lock), so
-        whoever reconciles it after the pool's death reads the record."""
+        statement) sent, not waited for: the job's process hands the outcome to its pool
+        meanwhile and waits in :meth:`settle`, a round trip less before the pool has it.
+        The job stays alive until the statement has run (its shared lock), so whoever
+        reconciles it after the pool's death reads the record."""
         held, self._held = self._held, None
         if outcome.verb != "gone":
-            insert = f"INSERT INTO {self._table} VALUES (%s, %s){_UPSERT}"
+            insert = f"INSERT INTO {self._table} VALUES ($1::text, $2::text){_UPSERT}"
             line = record_line("o", key, outcome)
             if held is None:
                 self._run("journal an outcome", insert, (key[0], line), wait=False)
             else:  # the lock goes once the outcome is in
-                sql = f"WITH w AS ({insert} RETURNING 1) SELECT pg_advisory_unlock_shared(%s, %s)"
-                params = (key[0], line, *held)
-                self._run("journal an outcome", sql + " FROM w", params, wait=False)
+                sql = (
+                    f"WITH w AS ({insert} RETURNING 1)"
+                    " SELECT pg_advisory_unlock_shared($3::int4, $4::int4) FROM w"
+                )
+                self._run("journal an outcome", sql, (key[0], line, *held), wait=False)
         elif held is not None:
-            self._run("let go of a job", "SELECT pg_advisory_unlock_shared(%s, %s)", held)
+            self._run("let go of a job", _UNLOCK_SHARED, held)
 
     def settle(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            self._guarded("journal an outcome", lambda: pending.__exit__(None, None, None))
+        if self._direct is not None and self._direct.pending:
+            self._guarded("journal an outcome", lambda: self._answer(again=True))
 
     def close(self) -> None:
         """Wait for what was sent, then close the connection (its settings are this
         journal's, ``synchronous_commit`` off: it is not given back to be reused), which
         lets go of a shared lock still held."""
         self.settle()
-        conn, self._conn, self._held = self._conn, None, None
+        conn, self._conn, self._direct, self._held = self._conn, None, None, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
 
-    def _run(self, what: str, sql: str, params: Sequence[Any], wait: bool = True) -> bool:
+    def _run(self, what: str, sql: str, params: Sequence[str | int], wait: bool = True) -> bool:
         """One statement on the journal's connection (after what was sent before is
-        answered); ``wait=False``: sent in a pipeline, answered in :meth:`settle`."""
+        answered); ``wait=False``: sent, its answer read in :meth:`settle`."""
         self.settle()
 
         def run() -> None:
-            if self._conn is None or self._conn.closed:
-                self._conn = self.store._db.take()
-                # a record is not worth waiting for the disk: a server crash may take
-                # back the last moments' (the attempt then counts, as without one)
-                self._conn.execute("SET synchronous_commit = off")
+            # a session the server ended while it was idle (a restart, an idle timeout, an
+            # administrator) is replaced before the statement, not failed with it
+            if self._direct is None or not self._direct.alive():
+                self._connect()
+            self._send(sql, [str(p) for p in params])
             if wait:
-                self._conn.execute(sql, params)
-                return
-            pipeline = self._conn.pipeline()
-            pipeline.__enter__()
-            self._pending = pipeline
-            self._conn.execute(sql, params)  # sent now; its answer is read in settle()
+                self._answer(again=True)
 
         return self._guarded(what, run)
+
+    def _send(self, sql: str, params: list[str]) -> None:
+        assert self._direct is not None
+        self._sent = (sql, params)
+        self._direct.send(sql, params)
+
+    def _answer(self, again: bool) -> None:
+        """Read the answer to the statement sent. A session that died under it (the
+        server's FATAL, which may come only once a statement is out) gets the statement
+        again, once, on a new session: these are upserts of this job's own record and its
+        own shared lock, which went with the dead session either way."""
+        assert self._direct is not None
+        try:
+            self._direct.wait()
+        except psycopg.OperationalError:
+            if not (again and not self._direct.alive() and self._sent is not None):
+                raise
+            self._connect()
+            self._send(*self._sent)
+            self._answer(again=False)
+
+    def _connect(self) -> None:
+        """A new session for the journal (the one it had, if any, closed)."""
+        if self._conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+        self._conn = self._direct = None
+        self._conn = self.store._db.take()
+        # a record is not worth waiting for the disk: a server crash may take back the last
+        # moments' (the attempt then counts, as without one)
+        self._conn.execute("SET synchronous_commit = off")
+        self._direct = _pg.Direct(self._conn)
 
     def _guarded(self, what: str, fn: Callable[[], object]) -> bool:
         """Run ``fn``; a failure is logged (once until the next success) and the
@@ -934,16 +964,16 @@ class _PgJournal(Journal):
             if not self._failing:
                 log.warning("cannot %s: %s", what, exc)
             self._failing = True
-            self._pending = None
             if self._conn is not None:
                 self._conn.close()
-            self._conn, self._held = None, None
+            self._conn, self._direct, self._held = None, None, None
             return False
         self._failing = False
         return True
 
 
 _UPSERT = " ON CONFLICT (id) DO UPDATE SET line = excluded.line"
+_UNLOCK_SHARED = "SELECT pg_advisory_unlock_shared($1::int4, $2::int4)"
 
 
 def _journal_upsert(schema: str) -> str:
