@@ -109,7 +109,7 @@ class Direct:
     (psycopg's documented ``psycopg.pq`` wrapper) rather than psycopg's cursors: each is
     prepared once per connection, its parameters go as text, its answer is read by
     :meth:`wait`. That costs ~32 µs of CPU a statement where ``Connection.execute`` costs ~54
-    and a pipelined one ~86 (psycopg's adapters, cursor and pipeline are Python): a job
+    and a pipelined one ~70 (psycopg's adapters, cursor and pipeline are Python): a job
     process runs two such statements per job (its journal, BENCHMARKS.md issue #18).
 
     The connection must be used by nothing else while a statement is out (a journal's own
