@@ -1,7 +1,7 @@
 """Before/after, paired (issue #18): the same figure from two copies of outlast's source, run
 alternately, medians. How this session's changes were measured (BENCHMARKS.md).
 
-    python bench/pair_bench.py latency|first|submit|bulk|drain BEFORE_SRC AFTER_SRC
+    python bench/pair_bench.py latency|first|submit|bulk|drain|claim BEFORE_SRC AFTER_SRC
         [--store sqlite|postgresql]
         [--reps 5] [--jobs 200] [--pg postgresql://postgres@127.0.0.1:5432/test]
 
@@ -23,6 +23,9 @@ install's path comes after it) and compiles it first.
   ``outlast worker -c 2 --burst`` drains them: jobs/s between the first job's first line and
   the last job's return (the jobs' own clocks: no polling), and the worker's wall time
   (start-up included).
+- ``claim``: in one process, ``--jobs`` times (after 20 unmeasured): create a job, then time
+  ``store.claim(limit=1)`` with a pool's journal (the job then succeeds and its lock goes):
+  the p50 and p10 of the claim call in ms, the store's own part of submit→start.
 """
 
 from __future__ import annotations
@@ -124,6 +127,23 @@ first = min(j.result[0] for j in jobs)
 last = max(j.result[1] for j in jobs)
 print(json.dumps([(n - 1) / (last - first), wall]))
 """
+CLAIM = """
+import json, os, statistics, sys, time
+import outlast
+store = outlast.open_store(os.environ["OUTLAST_STORE"])
+n = int(sys.argv[1])
+journal = store.journal("pair", "claim")
+took = []
+for _ in range(n + 20):
+    store.create(name="c")
+    t = time.perf_counter()
+    [task] = store.claim(limit=1, journal=journal)
+    took.append(time.perf_counter() - t)
+    task.succeed(None)
+    task.release_worker_lock()
+took = sorted(took[20:])
+print(json.dumps([took[len(took) // 2] * 1e3, took[len(took) // 10] * 1e3]))
+"""
 FIRST = """
 import json, os, sys, time
 import outlast
@@ -141,7 +161,7 @@ print(json.dumps([(time.monotonic() - t0) * 1e3]), flush=True)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("figure", choices=["latency", "first", "submit", "bulk", "drain"])
+    parser.add_argument("figure", choices=["latency", "first", "submit", "bulk", "drain", "claim"])
     parser.add_argument("before")
     parser.add_argument("after")
     parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
@@ -167,6 +187,7 @@ def main() -> None:
         "submit": ["jobs/s", "p50 ms", "p99 ms", "% in slow calls"],
         "bulk": ["jobs/s"],
         "drain": ["jobs/s", "worker wall s"],
+        "claim": ["p50 ms", "p10 ms"],
     }[args.figure]
     for label, tree in zip(("before", "after"), trees, strict=True):
         runs = results[tree]
@@ -186,8 +207,8 @@ def _one(args: argparse.Namespace, tree: str, work: Path) -> list[float]:
     env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{work}", OUTLAST_STORE=url)
     py = sys.executable
     try:
-        if args.figure in ("submit", "bulk", "drain"):
-            script = {"submit": SUBMIT, "bulk": BULK, "drain": DRAIN}[args.figure]
+        if args.figure in ("submit", "bulk", "drain", "claim"):
+            script = {"submit": SUBMIT, "bulk": BULK, "drain": DRAIN, "claim": CLAIM}[args.figure]
             out = subprocess.run(
                 [py, "-c", script, str(args.jobs)], env=env, capture_output=True, check=True
             ).stdout

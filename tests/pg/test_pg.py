@@ -595,15 +595,133 @@ def test_colliding_lock_keys_delay_a_job_but_never_double_it(
     pgstore: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_pglocks, "lock_key", lambda schema, job_id: 42)
+    monkeypatch.setattr(pg, "lock_key", lambda schema, job_id: 42)  # the rows' keys too
     first, second = pgstore.create(name="a"), pgstore.create(name="b")
     [task] = pgstore.claim(limit=2)
     assert task.id == first.id
     assert pgstore.get(second.id).status == Status.PENDING
     assert not pgstore.abandoned(pgstore.get(first.id))
+    assert session_locks(url, pgstore) == Counter({42: 1})  # the second hold let go
     task.succeed(1)
     task.release_worker_lock()
+    assert session_locks(url, pgstore) == Counter()
     [later] = pgstore.claim(limit=2)
     assert later.id == second.id
+
+
+def session_locks(url: str, store: PostgresStore) -> Counter[int]:
+    """The worker locks the store's lock connection holds (read from another session):
+    each key, and how many rows ``pg_locks`` shows of it (one per lock, whatever its count)."""
+    with support.connect() as conn:
+        rows = conn.execute(
+            "SELECT (classid::int8 << 32) | objid::int8 FROM pg_locks WHERE locktype = 'advisory'"
+            " AND pid = %s AND objsubid = 1 AND granted",
+            (store._locks.backend,),
+        ).fetchall()
+    return Counter(r[0] for r in rows)
+
+
+def test_a_claim_reads_its_rows_and_takes_their_locks_in_one_round_trip(
+    url: str, pgstore: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #18: the claim runs on the lock connection; its first round trip reads the
+    rows and tries their locks, its second writes and commits; nothing else is sent."""
+    jobs = [pgstore.create(name=f"j{i}") for i in range(3)]
+    opener = pgstore.open(jobs[0].id)
+    opener.hold_worker_lock()  # opens the lock connection
+    opener.release_worker_lock()
+    runs: list[list[str]] = []
+    real = pg._Script.run
+
+    def run(self: pg._Script, conn: Any) -> object:
+        assert conn is pgstore._locks.conn
+        runs.append([sql for sql, _ in self.statements])
+        return real(self, conn)
+
+    def no(*args: object) -> object:
+        raise AssertionError("a round trip of its own for the locks")
+
+    monkeypatch.setattr(pg._Script, "run", run)
+    monkeypatch.setattr(pgstore, "_try_locks", no)
+    tasks = pgstore.claim(limit=5, journal=pgstore.journal("pool", "token"))
+    assert [t.id for t in tasks] == [j.id for j in jobs]  # the claim's order
+    assert len(runs) == 2, runs
+    assert runs[0][0] == "BEGIN" and "pg_try_advisory_lock" in runs[0][1]
+    assert runs[1][-1] == "COMMIT"
+    keys = {pg.lock_key(pgstore.schema, j.id) for j in jobs}
+    assert set(session_locks(url, pgstore)) == keys
+    assert all(t.lock_alive() for t in tasks)
+    for task in tasks:
+        assert not pgstore.abandoned(pgstore.get(task.id))
+
+
+@pytest.mark.parametrize("where", ["after the read", "in the commit"])
+def test_a_claim_that_fails_lets_go_of_the_locks_it_took_and_only_those(
+    url: str, pgstore: PostgresStore, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Session locks outlive a rolled-back transaction: a claim that fails once its rows'
+    locks are taken lets go of them, and keeps the locks of the jobs it runs already."""
+    running = pgstore.create(name="running")
+    [held] = pgstore.claim(limit=1)
+    waiting = [pgstore.create(name=f"w{i}") for i in range(3)]
+    if where == "after the read":
+
+        def fail(*args: object, **kwargs: object) -> object:
+            raise RuntimeError("cut off half way")
+
+        monkeypatch.setattr(pgstore, "_starts", fail)
+        with pytest.raises(RuntimeError, match="half way"):
+            pgstore.claim(limit=5)
+    else:
+        real = pgstore._commit
+
+        def fail_commit(tx: Any) -> None:
+            tx.conn.execute("SELECT 1 / 0")  # a real server error, in the transaction
+
+        monkeypatch.setattr(pgstore, "_commit", fail_commit)
+        with pytest.raises(StoreError, match="division by zero"):
+            pgstore.claim(limit=5)
+        monkeypatch.setattr(pgstore, "_commit", real)
+    monkeypatch.undo()
+    assert session_locks(url, pgstore) == Counter({pg.lock_key(pgstore.schema, running.id): 1})
+    assert held.lock_alive() and not pgstore.abandoned(pgstore.get(running.id))
+    assert {pgstore.get(j.id).status for j in waiting} == {Status.PENDING}
+    other = open_store(url)
+    try:  # their locks are free: another process claims them
+        assert sorted(t.id for t in other.claim(limit=5)) == sorted(j.id for j in waiting)
+    finally:
+        other.close()
+
+
+def test_rows_a_claim_does_not_start_have_their_locks_let_go(
+    url: str, pgstore: PostgresStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A corrupt row and a row whose concurrency key has no free slot are locked by the
+    claim's read, then left: their locks go in the claim's write round trip."""
+    first = pgstore.create(name="a", limit_key="k")
+    second = pgstore.create(name="b", limit_key="k")  # one slot: waits for the first
+    bad = pgstore.create(name="bad")
+    support.write_raw(url, bad.id, b"{")
+    caplog.set_level(logging.WARNING)
+    [task] = pgstore.claim(limit=5)
+    assert task.id == first.id
+    assert session_locks(url, pgstore) == Counter({pg.lock_key(pgstore.schema, first.id): 1})
+    assert pgstore.get(second.id).status == Status.PENDING
+    pgstore.delete(bad.id, force=True)
+
+
+def test_a_row_without_a_lock_key_is_claimed_with_its_lock(
+    url: str, pgstore: PostgresStore
+) -> None:
+    """A row written before rows kept their keys (or by such a version) is locked by key
+    computed here, in the claim's transaction, and counts as alive."""
+    job = pgstore.create(name="old")
+    with support.connect() as conn:
+        conn.execute(f'UPDATE "{pgstore.schema}".jobs SET lock_key = NULL WHERE id = %s', (job.id,))
+    [task] = pgstore.claim(limit=2)
+    assert task.id == job.id and task.lock_alive()
+    assert session_locks(url, pgstore) == Counter({pg.lock_key(pgstore.schema, job.id): 1})
+    assert pgstore._lock_held(job.id)
 
 
 def test_the_lock_connection_has_server_side_keepalives(pgstore: PostgresStore) -> None:

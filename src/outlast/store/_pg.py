@@ -381,20 +381,39 @@ class Connections:
             raise StoreError(f"postgresql store: {what}: all {MAX_CONNECTIONS} connections busy")
         try:
             conn = self._take(self._idle)
-            self._tls.conn = conn
             try:
-                with translated(what):
+                with self._as_session(conn, what):
                     yield conn
-            except BaseException:
-                with contextlib.suppress(psycopg.Error):
-                    if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                        conn.execute("ROLLBACK")
-                raise
             finally:
-                self._tls.conn = None
                 self._give(self._idle, MAX_IDLE, conn)
         finally:
             self._slots.release()
+
+    @contextlib.contextmanager
+    def borrowed(self, conn: Conn, what: str) -> Iterator[Conn]:
+        """``conn``, a connection of the caller's own (the lock connection), as this
+        thread's session for one transaction: nested :meth:`session` calls share it, a
+        failure is translated and rolled back, and the connection stays the caller's."""
+        if getattr(self._tls, "conn", None) is not None:
+            raise StoreError(f"postgresql store: {what}: a transaction inside a transaction")
+        with self._as_session(conn, what):
+            yield conn
+
+    @contextlib.contextmanager
+    def _as_session(self, conn: Conn, what: str) -> Iterator[None]:
+        """``conn`` as this thread's session: failures translated, a transaction left open
+        by one rolled back."""
+        self._tls.conn = conn
+        try:
+            with translated(what):
+                yield
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._tls.conn = None
 
     def take(self) -> Conn:
         """A connection for the caller to keep (an idle one if there is one)."""

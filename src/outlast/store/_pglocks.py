@@ -6,9 +6,12 @@ id), taken on the process's *lock connection*: one long-lived connection that is
 pooled, so the lock lives exactly as long as that connection. The server frees it when the
 connection ends: exit, crash, SIGKILL, ``pg_terminate_backend``, or a dead host found by
 keepalives. Each job row keeps its key (``lock_key``), so "live jobs whose lock is free" is
-one query joining ``pg_locks``. Two ids with the same key (about 2**-64 per pair) share a
-lock: the second job is skipped by claims and looks alive while the first one runs. It is
-delayed, never doubled.
+one query joining ``pg_locks``. A claim runs on the lock connection itself: the statement
+that reads its rows (``FOR UPDATE SKIP LOCKED``) tries their locks (:data:`TRY_LOCK_SQL`), a
+round trip less than taking them afterwards. Session locks outlive a rolled-back transaction,
+so a claim that fails lets go of the locks it took (:meth:`AdvisoryLocks._claiming`). Two ids
+with the same key (about 2**-64 per pair) share a lock: the second job is skipped by claims
+and looks alive while the first one runs. It is delayed, never doubled.
 
 The maintenance lock is an advisory lock on its own connection, waited for (not polled) by
 every pool and server of the store: when its holder dies, the next one gets it at once.
@@ -21,7 +24,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +65,24 @@ HELD_SQL = (
     " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
     " AND l.classid = (({alias}.lock_key >> 32) & 4294967295)::oid"
     " AND l.objid = ({alias}.lock_key & 4294967295)::oid AND l.objsubid IN (1, 2) AND l.granted)"
+)
+
+
+#: A claimed row's worker lock, tried in the claim's own statement on the lock connection
+#: (``c`` is the claimed rows, the parameter the keys this process holds already: a session
+#: lock is re-entrant, so those are not taken twice). NULL for a row without a key.
+TRY_LOCK_SQL = (
+    "CASE WHEN c.lock_key = ANY(%s::int8[]) THEN false ELSE pg_try_advisory_lock(c.lock_key) END"
+)
+
+#: Let go of the given worker locks (a claim's rows it took but does not start).
+UNLOCK_SQL = "SELECT pg_advisory_unlock(k) FROM unnest(%s::int8[]) AS k"
+
+#: Let go of every worker lock this session holds but the given ones (a failed claim's).
+_STRAYS_SQL = (
+    "SELECT count(pg_advisory_unlock(s.k)) FROM (SELECT (l.classid::int8 << 32) | l.objid::int8"
+    " AS k FROM pg_locks l WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid()"
+    " AND l.objsubid = 1 AND l.granted) s WHERE s.k <> ALL(%s::int8[])"
 )
 
 
@@ -125,6 +146,59 @@ class AdvisoryLocks:
         self._locks = _Locks(conn, locks.generation + 1, backend, set())
         return conn
 
+    @contextlib.contextmanager
+    def _claiming(self) -> Iterator[Conn]:
+        """The lock connection, for a claim that tries its rows' worker locks in its own
+        statement (one round trip less than taking them after the rows are read). Held
+        under the lock mutex until the claim ends; the claim reports the keys it keeps with
+        :meth:`_claimed_locks`. A claim that fails has taken locks it may not know of (a
+        statement cut off half way, an error after the rows came back: session locks outlive
+        a rolled-back transaction), so every worker lock of the session that this process
+        does not hold is let go then; if even that fails the connection is closed, which
+        frees them all (the running jobs' holders see their locks gone, and stop)."""
+        if self._pid != os.getpid():
+            self._forget_locks_after_fork()
+        with self._lock_mutex:
+            conn = self._lock_conn()
+            try:
+                yield conn
+            except BaseException:
+                self._release_strays(conn)
+                raise
+
+    def _release_strays(self, conn: Conn) -> None:
+        """(With ``_lock_mutex`` held, after a failed claim.)"""
+        if conn.closed or conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+            return  # the server let go of them with the session
+        try:
+            if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+            conn.execute(_STRAYS_SQL, (sorted(self._locks.held),))
+        except psycopg.Error as exc:
+            log.warning("could not let go of a failed claim's worker locks: %s", exc)
+            conn.close()  # frees them all; _lock_alive tells the holders of the others
+
+    def _check_backend(self, conn: Conn, backend: int) -> None:
+        """(With ``_lock_mutex`` held.) Refuse a lock connection that changed server
+        sessions: its locks would not be ours."""
+        if backend != self._locks.backend:
+            conn.close()  # frees whatever it took, wherever that was
+            raise StoreError(
+                f"postgresql store at {self._where}: the lock connection changed server "
+                "sessions (a transaction pooler?); worker locks need a session of their own"
+            )
+
+    def _held_keys(self) -> list[int]:
+        """(With ``_lock_mutex`` held.) The worker locks this process holds."""
+        return list(self._locks.held)
+
+    def _claimed_locks(self, keys: dict[str, int]) -> dict[str, LockHandle]:
+        """(With ``_lock_mutex`` held, once a claim committed.) The handles of the locks it
+        keeps, by job id."""
+        self._locks.held.update(keys.values())
+        generation = self._locks.generation
+        return {job_id: LockHandle(generation, key) for job_id, key in keys.items()}
+
     def _try_locks(self, job_ids: Sequence[str]) -> dict[str, LockHandle]:
         """Take the free worker locks among ``job_ids`` on the lock connection."""
         if self._pid != os.getpid():
@@ -146,12 +220,7 @@ class AdvisoryLocks:
                 ).fetchone()
             assert row is not None
             got: list[int] = row[0] or []
-            if row[1] != self._locks.backend:
-                conn.close()  # frees whatever it took, wherever that was
-                raise StoreError(
-                    f"postgresql store at {self._where}: the lock connection changed server "
-                    "sessions (a transaction pooler?); worker locks need a session of their own"
-                )
+            self._check_backend(conn, row[1])
             self._locks.held.update(got)
             generation = self._locks.generation
         return {keys[k]: LockHandle(generation, k) for k in got}

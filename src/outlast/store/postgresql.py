@@ -70,13 +70,22 @@ from outlast.store import _counts, _pg, _pglog
 from outlast.store import _pgguard as guard
 from outlast.store._pg import Conn
 from outlast.store._pglisten import PgListener
-from outlast.store._pglocks import HELD_SQL, AdvisoryLocks, PgMaintenance, lock_key, lock_pair
+from outlast.store._pglocks import (
+    HELD_SQL,
+    TRY_LOCK_SQL,
+    UNLOCK_SQL,
+    AdvisoryLocks,
+    PgMaintenance,
+    lock_key,
+    lock_pair,
+)
 from outlast.store.base import Applied, Capabilities, ChangeWatch, MaintenanceLock, Transition
 from outlast.store.common import decode_listing, log, make_private_dir
 from outlast.store.joblog import TAIL_BYTES, LogCursor, LogSink, check_range
 from outlast.store.journal import Fate, Journal, Key, line_fate, record_line
 from outlast.store.sql import (
     CLAIM_ORDER,
+    DUE,
     EVENT_INSERT,
     LIVE,
     LIVE_STATUSES,
@@ -447,20 +456,25 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         with self._idle_session(what) as conn:
             tx = _Tx(conn, self._bulk)
             yield tx
-            pairs = []
-            for job_id, claimable in sorted(tx.wakes.items()):
-                pairs.append((self._channel(job_id), job_id))
-                if claimable:
-                    pairs.append((self._queue_channel, job_id))
-            pairs += [(self._interrupt_channel, job_id) for job_id in tx.interrupts]
-            if tx.new_job is not None and not any(c == self._queue_channel for c, _ in pairs):
-                pairs.append((self._queue_channel, tx.new_job))
-            if pairs:
-                tx.script.add(_NOTIFY, rows_json(pairs))
-            if tx.relaxed:
-                tx.script.add("SET LOCAL synchronous_commit = off")
-            tx.script.add("COMMIT").fuse(self._fusable, _NOTIFY)
-            tx.script.run(conn)
+            self._commit(tx)
+
+    def _commit(self, tx: _Tx) -> None:
+        """The end of ``tx``'s transaction: its notifications, then ``COMMIT``, in the
+        round trip of its writes."""
+        pairs = []
+        for job_id, claimable in sorted(tx.wakes.items()):
+            pairs.append((self._channel(job_id), job_id))
+            if claimable:
+                pairs.append((self._queue_channel, job_id))
+        pairs += [(self._interrupt_channel, job_id) for job_id in tx.interrupts]
+        if tx.new_job is not None and not any(c == self._queue_channel for c, _ in pairs):
+            pairs.append((self._queue_channel, tx.new_job))
+        if pairs:
+            tx.script.add(_NOTIFY, rows_json(pairs))
+        if tx.relaxed:
+            tx.script.add("SET LOCAL synchronous_commit = off")
+        tx.script.add("COMMIT").fuse(self._fusable, _NOTIFY)
+        tx.script.run(tx.conn)
 
     def _query(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with self._session(what) as conn:
@@ -560,43 +574,95 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         journal: Journal,
     ) -> list[tuple[JobState, Any]]:
         """Due jobs in the claim's order (priority, due time, id), skipping rows others
-        have locked; each one's advisory lock
-        is taken before it is started (a job whose lock is held is left as it is)."""
+        have locked; each one's worker lock is taken before it is started (a job whose lock
+        is held is left as it is).
+
+        The claim runs on the lock connection, so its first statement both reads the rows
+        and tries their locks (a round trip less on the way from ``submit`` to a job's
+        start, BENCHMARKS.md issue #18); the locks of rows it then does not start are let go
+        in its write round trip, and a failed claim lets go of all it took (see
+        :meth:`_claiming`)."""
+        if getattr(self._in_rule, "on", False):
+            raise StoreError("postgresql store: claim: a write inside a transition")
         where, params = self._claimable(queues, kinds)
         query = self.dialect.sql(
-            f"SELECT id, doc, seq FROM {{jobs}} j WHERE {where}"
-            f" AND (run_after IS NULL OR run_after <= ?) AND {ROOM} AND id <> ALL(?::text[])"
-            f" ORDER BY {CLAIM_ORDER} LIMIT ? FOR UPDATE OF j SKIP LOCKED"
+            f"WITH c AS (SELECT id, doc, seq, lock_key, priority, {DUE} AS due FROM {{jobs}} j"
+            f" WHERE {where} AND (run_after IS NULL OR run_after <= ?) AND {ROOM}"
+            f" AND id <> ALL(?::text[]) ORDER BY {CLAIM_ORDER} LIMIT ? FOR UPDATE OF j SKIP LOCKED)"
+            f" SELECT id, doc, seq, lock_key, {TRY_LOCK_SQL}, pg_backend_pid() FROM c"
+            " ORDER BY priority DESC, due, id"
         )
         seen: list[str] = []
-        taken: dict[str, Any] = {}
-        claimed: list[tuple[JobState, Any]] = []
-        try:
-            with self._tx("claim") as tx:
-                for _ in range(3):  # more rounds only when rows were skipped
-                    want = limit - len(claimed)
-                    rows = tx.read(query, (*params, now, seen, want))
-                    seen += [r[0] for r in rows]
-                    starts: list[Write] = self._starts(tx, rows, worker, now)
-                    taken.update(self._try_locks([old.id for old, _, _, _ in starts]))
-                    starts = [s for s in starts if s[0].id in taken]
-                    if starts:  # journaled in the claim's own transaction
-                        keys = [(new.id, new.attempts) for _, new, _, _ in starts]
-                        if isinstance(journal, _PgJournal):  # in its write round trip
-                            tx.write(*self._journal_claims_sql(journal.records(keys)))
-                        else:
-                            journal.claimed(keys)
-                        self._write(tx, starts)
-                        for _, new, _, _ in starts:
-                            tx.wake(new.id, False)
-                    claimed += [(new, taken[new.id]) for _, new, _, _ in starts]
-                    if len(rows) < want or len(claimed) >= limit:
-                        break
-        except BaseException:
-            for job_id, handle in taken.items():
-                self._lock_release(job_id, handle)
-            raise
-        return claimed
+        kept: dict[str, int] = {}  # job id -> lock key, of the jobs claimed
+        claimed: list[JobState] = []
+        with self._claiming() as conn, self._db.borrowed(conn, "claim"):
+            tx = _Tx(conn, self._bulk)
+            held = self._held_keys()
+            for _ in range(3):  # more rounds only when rows were skipped
+                want = limit - len(claimed)
+                rows = tx.read(query, (*params, now, seen, want, held))
+                seen += [r[0] for r in rows]
+                locked, loose = self._locked_rows(tx, rows, kept)
+                starts: list[Write] = self._starts(tx, [r[:3] for r in locked], worker, now)
+                started = {old.id for old, _, _, _ in starts}
+                loose += [r[3] for r in locked if r[0] not in started]
+                if loose:  # taken, not started: let go in the write round trip
+                    tx.write(UNLOCK_SQL, (loose,))
+                kept.update((r[0], r[3]) for r in locked if r[0] in started)
+                if starts:  # journaled in the claim's own transaction
+                    keys = [(new.id, new.attempts) for _, new, _, _ in starts]
+                    if isinstance(journal, _PgJournal):  # in its write round trip
+                        tx.write(*self._journal_claims_sql(journal.records(keys)))
+                    else:
+                        journal.claimed(keys)
+                    self._write(tx, starts)
+                    for _, new, _, _ in starts:
+                        tx.wake(new.id, False)
+                claimed += [new for _, new, _, _ in starts]
+                if len(rows) < want or len(claimed) >= limit:
+                    break
+            self._commit(tx)
+            handles = self._claimed_locks(kept)
+        return [(state, handles[state.id]) for state in claimed]
+
+    def _locked_rows(
+        self, tx: _Tx, rows: list[Row], kept: dict[str, int]
+    ) -> tuple[list[Row], list[int]]:
+        """The claim's rows ``(id, doc, seq, key, took, backend)`` whose lock it took, as
+        ``(id, doc, seq, key)``, and the keys it took once more. A row without a key
+        (written by a version before keys) has its lock tried now. A second row of a key
+        taken already (two ids, one 64-bit key) is left as it is: its hold of the
+        re-entrant lock is one to let go."""
+        if rows:
+            self._check_backend(tx.conn, rows[0][5])
+        keyless = [r[0] for r in rows if r[3] is None]
+        late: dict[str, tuple[int, bool]] = {}
+        if keyless:
+            keys = {job_id: lock_key(self.schema, job_id) for job_id in keyless}
+            held = set(self._held_keys())
+            wanted = [k for k in keys.values() if k not in held]
+            got = {
+                r[0]
+                for r in tx.read(
+                    "SELECT k FROM unnest(%s::int8[]) AS k WHERE pg_try_advisory_lock(k)",
+                    (wanted,),
+                )
+            }
+            late = {job_id: (key, key in got) for job_id, key in keys.items()}
+        taken = set(kept.values())
+        locked: list[Row] = []
+        again: list[int] = []
+        for job_id, doc, seq, key, took, _ in rows:
+            if key is None:
+                key, took = late[job_id]
+            if not took:
+                continue
+            if key in taken:
+                again.append(key)
+                continue
+            taken.add(key)
+            locked.append((job_id, doc, seq, key))
+        return locked, again
 
     def _slots(self, tx: Any, keys: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
         """Each key locked for the transaction first (one after the other, in order), so
