@@ -167,9 +167,9 @@ def test_a_claim_and_an_outcome_commit_their_writes_as_one_statement(
     guarded: list[set[str]] = []
     real, real_results = pg._Script.run, pg.guard.results
 
-    def run(self: pg._Script, conn: object) -> object:
+    def run(self: pg._Script, conn: object, pipe: object = None) -> object:
         runs.append([sql for sql, _ in self.statements])
-        return real(self, conn)  # type: ignore[arg-type]
+        return real(self, conn, pipe)  # type: ignore[arg-type]
 
     def results(taken: Any, written: set[str], cache: Any) -> Any:
         guarded.append(written)
@@ -222,9 +222,9 @@ def test_a_pools_outcomes_are_one_guarded_statement_and_a_changed_row_is_read_ag
         runs: list[list[tuple[str, tuple[object, ...]]]] = []
         real = pg._Script.run
 
-        def run(self: pg._Script, conn: object) -> object:
+        def run(self: pg._Script, conn: object, pipe: object = None) -> object:
             runs.append(list(self.statements))
-            return real(self, conn)  # type: ignore[arg-type]
+            return real(self, conn, pipe)  # type: ignore[arg-type]
 
         items = [
             (job_id, transition(Outcome("succeed", value=n), claimed[job_id].attempt))
@@ -633,10 +633,10 @@ def test_a_claim_reads_its_rows_and_takes_their_locks_in_one_round_trip(
     runs: list[list[str]] = []
     real = pg._Script.run
 
-    def run(self: pg._Script, conn: Any) -> object:
-        assert conn is pgstore._locks.conn
+    def run(self: pg._Script, conn: Any, pipe: Any = None) -> object:
+        assert conn is pgstore._locks.conn and pipe is not None  # libpq directly
         runs.append([sql for sql, _ in self.statements])
-        return real(self, conn)
+        return real(self, conn, pipe)
 
     def no(*args: object) -> object:
         raise AssertionError("a round trip of its own for the locks")

@@ -33,6 +33,7 @@ from psycopg import conninfo as pg_conninfo
 
 from outlast.errors import InvalidInput, StoreError
 from outlast.store import common
+from outlast.store._pgwire import error_of
 from outlast.store.common import log
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -199,13 +200,7 @@ class Direct:
                 b"PANIC",
             ):
                 self._ended = True
-            state = (failed.error_field(psycopg.pq.DiagnosticField.SQLSTATE) or b"").decode()
-            message = failed.error_message.decode(errors="replace").strip()
-            try:
-                cls: type[psycopg.Error] = psycopg.errors.lookup(state)
-            except KeyError:
-                cls = psycopg.DatabaseError
-            raise cls(message or "the statement failed")
+            raise error_of(failed)
 
 
 _OK = (psycopg.pq.ExecStatus.COMMAND_OK, psycopg.pq.ExecStatus.TUPLES_OK)

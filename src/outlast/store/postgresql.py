@@ -66,7 +66,7 @@ from outlast.errors import InvalidInput, OutlastError, StoreError
 from outlast.ids import check_id
 from outlast.machine import Outcome
 from outlast.model import TERMINAL, JobState, Kind
-from outlast.store import _counts, _pg, _pglog
+from outlast.store import _counts, _pg, _pglog, _pgwire
 from outlast.store import _pgguard as guard
 from outlast.store._pg import Conn
 from outlast.store._pglisten import PgListener
@@ -314,8 +314,12 @@ class _Script:
         close(None)
         self.statements = fused
 
-    def run(self, conn: Conn) -> list[Row]:
-        """Run and clear the script; returns the rows of its last statement."""
+    def run(self, conn: Conn, pipe: _pgwire.Pipe | None = None) -> list[Row]:
+        """Run and clear the script; returns the rows of its last statement (through
+        ``pipe``, libpq directly, when given)."""
+        if pipe is not None:
+            statements, self.statements = self.statements, []
+            return pipe.run(statements)
         with conn.pipeline():
             cursors = [conn.execute(sql, params or None) for sql, params in self.statements]
         self.statements = []
@@ -327,8 +331,9 @@ class _Tx:
     """A transaction as (usually) two round trips: ``BEGIN`` with the reads, then the writes,
     the notifications and ``COMMIT``."""
 
-    def __init__(self, conn: Conn, bulk: dict[str, str]) -> None:
+    def __init__(self, conn: Conn, bulk: dict[str, str], pipe: _pgwire.Pipe | None = None) -> None:
         self.conn = conn
+        self.pipe = pipe  # the claim's: its statements through libpq directly
         self.bulk = bulk  # bulk_statements()
         self.script = _Script().add("BEGIN")
         self.wakes: dict[str, bool] = {}
@@ -337,7 +342,7 @@ class _Tx:
         self.relaxed = False
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        return self.script.add(sql, *params).run(self.conn)
+        return self.script.add(sql, *params).run(self.conn, self.pipe)
 
     def write(self, sql: str, params: Sequence[Any] = ()) -> None:
         self.script.add(sql, *params)
@@ -474,7 +479,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         if tx.relaxed:
             tx.script.add("SET LOCAL synchronous_commit = off")
         tx.script.add("COMMIT").fuse(self._fusable, _NOTIFY)
-        tx.script.run(tx.conn)
+        tx.script.run(tx.conn, tx.pipe)
 
     def _query(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with self._session(what) as conn:
@@ -596,7 +601,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         kept: dict[str, int] = {}  # job id -> lock key, of the jobs claimed
         claimed: list[JobState] = []
         with self._claiming() as conn, self._db.borrowed(conn, "claim"):
-            tx = _Tx(conn, self._bulk)
+            tx = _Tx(conn, self._bulk, _pgwire.Pipe(conn))
             held = self._held_keys()
             for _ in range(3):  # more rounds only when rows were skipped
                 want = limit - len(claimed)

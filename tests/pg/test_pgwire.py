@@ -1,0 +1,165 @@
+"""The claim's statements through libpq's pipeline mode directly (``outlast.store._pgwire``):
+parameters and rows as psycopg would give them, the server's errors as psycopg's classes,
+and a connection left usable by a failure, a refused type or an interrupting signal."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+
+from outlast.store import _pgwire
+from tests.pg import support
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def conn() -> Iterator[psycopg.Connection[Any]]:
+    try:
+        connection = support.connect()
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL here: {exc}")
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+def test_parameters_and_rows_come_back_as_they_went(conn: psycopg.Connection[Any]) -> None:
+    when = datetime(2026, 12, 6, 3, 4, 5, 678901, tzinfo=UTC)
+    odd = ['a"b', "c\\d", "e,f", "{g}", "h i", "ü", ""]
+    pipe = _pgwire.Pipe(conn)
+    sql = (
+        "SELECT %s::text, %s::bytea, %s::int8, %s::int4, %s::bool, %s::timestamptz,"
+        " cardinality(%s::text[]), (%s::text[])[1], (%s::text[])[2], (%s::text[])[7],"
+        " %s::int8[] = ARRAY[1, -2]::int8[], %s::float8, NULL::text, 'a%%b', %s::int2"
+    )
+    params = [
+        "zwölf 'quoted'",
+        b"\x00\xffbytes",
+        -(2**63),
+        2**31 - 1,
+        False,
+        when.astimezone(timezone(timedelta(hours=-5))),
+        odd,
+        odd,
+        odd,
+        odd,
+        [1, -2],
+        0.5,
+        7,
+    ]
+    [row] = pipe.run([("BEGIN", ()), (sql, params)])
+    assert row == (
+        "zwölf 'quoted'",
+        b"\x00\xffbytes",
+        -(2**63),
+        2**31 - 1,
+        False,
+        when,
+        7,
+        'a"b',
+        "c\\d",
+        "",
+        True,
+        0.5,
+        None,
+        "a%b",
+        7,
+    )
+    assert pipe.run([("COMMIT", ())]) == []
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_failure_is_psycopgs_class_and_stops_what_follows(
+    conn: psycopg.Connection[Any],
+) -> None:
+    conn.execute("CREATE TEMP TABLE t (x int)")
+    pipe = _pgwire.Pipe(conn)
+    with pytest.raises(psycopg.errors.DivisionByZero, match="division by zero"):
+        pipe.run(
+            [
+                ("BEGIN", ()),
+                ("INSERT INTO t VALUES (%s)", [1]),
+                ("SELECT 1 / %s", [0]),
+                ("INSERT INTO t VALUES (%s)", [2]),
+            ]
+        )
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+    conn.execute("ROLLBACK")  # psycopg's own statements work again on the connection
+    assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    assert pipe.run([("SELECT %s::int4 + 1", [41])]) == [(42,)]
+
+
+def test_a_statement_that_does_not_parse_is_not_taken_as_prepared(
+    conn: psycopg.Connection[Any],
+) -> None:
+    pipe = _pgwire.Pipe(conn)
+    for _ in range(2):  # each time the server's own error, never "does not exist"
+        with pytest.raises(psycopg.errors.SyntaxError):
+            pipe.run([("SELEC 1", ())])
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_each_statement_is_prepared_once_per_session(conn: psycopg.Connection[Any]) -> None:
+    sql = "SELECT %s::int4 * 2"
+    for n in range(3):
+        assert _pgwire.Pipe(conn).run([(sql, [n])]) == [(n * 2,)]
+    name = _pgwire.statement(sql)[0].decode()
+    rows = conn.execute("SELECT count(*) FROM pg_prepared_statements WHERE name = %s", (name,))
+    assert rows.fetchone() == (1,)
+    with support.connect() as fresh:  # a new session prepares it again
+        assert _pgwire.Pipe(fresh).run([(sql, [5])]) == [(10,)]
+
+
+def test_a_type_it_cannot_read_or_send_is_refused_and_the_connection_stays_usable(
+    conn: psycopg.Connection[Any],
+) -> None:
+    pipe = _pgwire.Pipe(conn)
+    with pytest.raises(TypeError, match="oid 3802"):
+        pipe.run([("SELECT '{}'::jsonb", ())])
+    with pytest.raises(TypeError, match="dict"):
+        pipe.run([("SELECT %s::text", [{"a": 1}])])
+    with pytest.raises(TypeError, match="time zone"):
+        pipe.run([("SELECT %s::timestamptz", [datetime(2026, 1, 1)])])
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert pipe.run([("SELECT 2::int4", ())]) == [(2,)]
+
+
+def test_a_run_cut_off_by_a_signal_leaves_the_connection_usable(
+    conn: psycopg.Connection[Any],
+) -> None:
+    class Cut(Exception):
+        pass
+
+    def cut(signum: int, frame: object) -> None:
+        raise Cut
+
+    previous = signal.signal(signal.SIGALRM, cut)
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    try:
+        with pytest.raises(Cut):
+            _pgwire.Pipe(conn).run([("BEGIN", ()), ("SELECT pg_sleep(%s::float8)", [0.5])])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not conn.closed
+    assert conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+    conn.execute("ROLLBACK")
+    assert conn.execute("SELECT 3").fetchone() == (3,)
+    assert _pgwire.Pipe(conn).run([("SELECT 4::int4", ())]) == [(4,)]
+
+
+def test_answers_larger_than_the_sockets_buffers_never_wedge_the_pipeline(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The server answers while the client still sends: the client reads as it sends."""
+    big = "x" * 20_000
+    statements = [("SELECT repeat(%s, 10)", [big])] * 300  # ~6 MB each way
+    [row] = _pgwire.Pipe(conn).run(statements)
+    assert row == (big * 10,)
