@@ -38,6 +38,7 @@ import contextlib
 import importlib
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -192,6 +193,9 @@ def latency(mod: Any, count: int, concurrency: int) -> dict[str, Any]:
         for i in range(count):
             t0 = time.time()
             handle = mod.enqueue(i)
+            # the first poll at a random phase of the poll's period: else the phase follows
+            # the queue's own timing, and a change of submit->start moves finish->seen
+            time.sleep(random.uniform(0.0, STATUS_POLL))
             while not mod.is_done(handle):
                 time.sleep(STATUS_POLL)
             seen.append(time.time())
