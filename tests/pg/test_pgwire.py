@@ -1,6 +1,7 @@
-"""The claim's statements through libpq's pipeline mode directly (``outlast.store._pgwire``):
-parameters and rows as psycopg would give them, the server's errors as psycopg's classes,
-and a connection left usable by a failure, a refused type or an interrupting signal."""
+"""Transactions' statements through libpq's pipeline mode directly (``outlast.store._pgwire``):
+parameters and rows as psycopg gives them, the server's errors as psycopg's classes, a
+bounded number of prepared statements, and a connection left usable by a failure, a refused
+parameter or an interrupting signal."""
 
 from __future__ import annotations
 
@@ -30,14 +31,14 @@ def conn() -> Iterator[psycopg.Connection[Any]]:
         connection.close()
 
 
-def test_parameters_and_rows_come_back_as_they_went(conn: psycopg.Connection[Any]) -> None:
+def test_parameters_and_rows_come_back_as_psycopg_gives_them(
+    conn: psycopg.Connection[Any],
+) -> None:
     when = datetime(2026, 12, 6, 3, 4, 5, 678901, tzinfo=UTC)
     odd = ['a"b', "c\\d", "e,f", "{g}", "h i", "ü", ""]
-    pipe = _pgwire.Pipe(conn)
     sql = (
         "SELECT %s::text, %s::bytea, %s::int8, %s::int4, %s::bool, %s::timestamptz,"
-        " cardinality(%s::text[]), (%s::text[])[1], (%s::text[])[2], (%s::text[])[7],"
-        " %s::int8[] = ARRAY[1, -2]::int8[], %s::float8, NULL::text, 'a%%b', %s::int2"
+        " %s::text[], %s::int8[], %s::float8, NULL::text, '{\"a\": 1}'::jsonb, %s, 'a%%b'"
     )
     params = [
         "zwölf 'quoted'",
@@ -47,33 +48,19 @@ def test_parameters_and_rows_come_back_as_they_went(conn: psycopg.Connection[Any
         False,
         when.astimezone(timezone(timedelta(hours=-5))),
         odd,
-        odd,
-        odd,
-        odd,
         [1, -2],
         0.5,
         7,
     ]
-    [row] = pipe.run([("BEGIN", ()), (sql, params)])
-    assert row == (
-        "zwölf 'quoted'",
-        b"\x00\xffbytes",
-        -(2**63),
-        2**31 - 1,
-        False,
-        when,
-        7,
-        'a"b',
-        "c\\d",
-        "",
-        True,
-        0.5,
-        None,
-        "a%b",
-        7,
-    )
-    assert pipe.run([("COMMIT", ())]) == []
+    expected = conn.execute(sql, params).fetchone()  # psycopg's own
+    pipe = _pgwire.Pipe(conn)
+    for _ in range(3):  # unnamed, then prepared, then prepared already
+        [row] = pipe.run([("BEGIN", ()), (sql, params)])
+        assert row == expected
+        assert row[5] == when and row[6] == odd and row[10] == {"a": 1} and row[12] == "a%b"
+        assert pipe.run([("COMMIT", ())]) == []
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert pipe.run([("SELECT '100%%'", ())]) == [("100%%",)]  # no parameters: as it is
 
 
 def test_a_failure_is_psycopgs_class_and_stops_what_follows(
@@ -100,33 +87,48 @@ def test_a_statement_that_does_not_parse_is_not_taken_as_prepared(
     conn: psycopg.Connection[Any],
 ) -> None:
     pipe = _pgwire.Pipe(conn)
-    for _ in range(2):  # each time the server's own error, never "does not exist"
+    for _ in range(3):  # each time the server's own error, never "does not exist"
         with pytest.raises(psycopg.errors.SyntaxError):
-            pipe.run([("SELEC 1", ())])
+            pipe.run([("SELEC %s", [1])])
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert pipe.run([("SELECT %s::int4 + 1", [1])]) == [(2,)]
 
 
-def test_each_statement_is_prepared_once_per_session(conn: psycopg.Connection[Any]) -> None:
+def prepared(conn: psycopg.Connection[Any]) -> list[str]:
+    rows = conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'outlast_p%'")
+    return [r[0] for r in rows]
+
+
+def test_a_statement_is_prepared_on_its_second_use_and_a_session_holds_a_bounded_number(
+    conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     sql = "SELECT %s::int4 * 2"
-    for n in range(3):
+    pipe = _pgwire.Pipe(conn)
+    assert pipe.run([(sql, [1])]) == [(2,)]
+    assert prepared(conn) == []  # once: unnamed
+    assert pipe.run([(sql, [2]), (sql, [3])]) == [(6,)]  # twice in one run: one prepare
+    assert len(prepared(conn)) == 1
+    for n in range(3):  # another Pipe on the session uses what it prepared
         assert _pgwire.Pipe(conn).run([(sql, [n])]) == [(n * 2,)]
-    name = _pgwire.statement(sql)[0].decode()
-    rows = conn.execute("SELECT count(*) FROM pg_prepared_statements WHERE name = %s", (name,))
-    assert rows.fetchone() == (1,)
-    with support.connect() as fresh:  # a new session prepares it again
+    assert len(prepared(conn)) == 1
+    with support.connect() as fresh:  # a new session prepares afresh
         assert _pgwire.Pipe(fresh).run([(sql, [5])]) == [(10,)]
+    monkeypatch.setattr(_pgwire, "MAX_PREPARED", 3)
+    for n in range(10):  # one-off texts, each used twice: only up to the bound prepared
+        text = f"SELECT %s::int4 + {n}"
+        assert pipe.run([(text, [1])]) == pipe.run([(text, [1])]) == [(n + 1,)]
+    assert len(prepared(conn)) == 3
 
 
-def test_a_type_it_cannot_read_or_send_is_refused_and_the_connection_stays_usable(
+def test_a_parameter_psycopg_cannot_adapt_is_refused_before_anything_is_sent(
     conn: psycopg.Connection[Any],
 ) -> None:
     pipe = _pgwire.Pipe(conn)
-    with pytest.raises(TypeError, match="oid 3802"):
-        pipe.run([("SELECT '{}'::jsonb", ())])
-    with pytest.raises(TypeError, match="dict"):
-        pipe.run([("SELECT %s::text", [{"a": 1}])])
-    with pytest.raises(TypeError, match="time zone"):
-        pipe.run([("SELECT %s::timestamptz", [datetime(2026, 1, 1)])])
+    with pytest.raises(psycopg.ProgrammingError, match="dict"):
+        pipe.run([("BEGIN", ()), ("SELECT %s", [{"a": 1}])])
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # no BEGIN ran
+    with pytest.raises(psycopg.ProgrammingError, match="placeholders"):
+        pipe.run([("SELECT %s, %s", [1])])
     assert conn.execute("SELECT 1").fetchone() == (1,)
     assert pipe.run([("SELECT 2::int4", ())]) == [(2,)]
 

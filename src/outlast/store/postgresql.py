@@ -459,7 +459,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
     @contextlib.contextmanager
     def _tx(self, what: str) -> Iterator[_Tx]:
         with self._idle_session(what) as conn:
-            tx = _Tx(conn, self._bulk)
+            tx = _Tx(conn, self._bulk, _pgwire.Pipe(conn))
             yield tx
             self._commit(tx)
 
@@ -557,7 +557,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         rows, events, notes = guard.parameters(self.dialect, taken, self._guess_channels)
         params = (rows_json(rows), rows_json(events), rows_json(notes))
         with self._idle_session(f"update {len(taken)} jobs") as conn:
-            written = {row[0] for row in conn.execute(self._guarded_sql, params)}
+            written = {row[0] for row in _pgwire.Pipe(conn).run([(self._guarded_sql, params)])}
         return guard.results(taken, written, self._states)
 
     def _guess_channels(self, g: guard.Guess) -> list[str]:
@@ -760,7 +760,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         sql += " SELECT pg_notify(c, j.id) FROM j, unnest(%s::text[]) AS t(c)"
         params.append(self._new_job_channels(state.id))
         with self._idle_session(f"create {state.id}") as conn:
-            conn.execute(sql, params)
+            _pgwire.Pipe(conn).run([(sql, params)])
         self._remember(state, doc, 0)  # a new row: no events yet
         return None
 
