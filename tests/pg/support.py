@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import itertools
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -62,6 +63,36 @@ def write_raw(url: str, job_id: str, raw: bytes) -> None:
             f'UPDATE "{schema_of(url)}".jobs SET doc = %s WHERE id = %s', (raw, job_id)
         )
         assert cur.rowcount == 1, f"no row for job {job_id}"
+
+
+@contextlib.contextmanager
+def statements_sent() -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
+    """Every statement (and its parameters) the stores send through ``_pgwire.Pipe`` (their
+    transactions) while the block runs."""
+    from outlast.store import _pgwire
+
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+    real = _pgwire.Pipe.run
+
+    def run(self: _pgwire.Pipe, statements: Any) -> Any:
+        sent.extend((sql, tuple(params)) for sql, params in statements)
+        return real(self, statements)
+
+    _pgwire.Pipe.run = run  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        _pgwire.Pipe.run = real  # type: ignore[method-assign]
+
+
+def explain(sql: str, params: Sequence[Any]) -> str:
+    """The plan the test server makes for ``sql`` (not run: rolled back whatever it is)."""
+    with connect() as conn:
+        conn.execute("BEGIN")
+        try:
+            return "\n".join(row[0] for row in conn.execute(f"EXPLAIN {sql}", params))
+        finally:
+            conn.execute("ROLLBACK")
 
 
 def drop_schema(url: str) -> None:

@@ -27,13 +27,20 @@ from outlast.model import JobState, utcnow
 from outlast.store.base import Applied, Transition
 from outlast.store.sql import Dialect, StateCache, slim_row
 
+#: The condition that leads a statement which updates the jobs named in a JSON parameter
+#: to their rows through the primary key: their ids again, as an array. The planner counts
+#: 100 rows for ``jsonb_array_elements``; under ~10,000 jobs it then read the whole table
+#: and hashed every row (its document too) for each batch: 0.6 ms for one outcome among
+#: 1,200 jobs, 0.05 ms with the ids (BENCHMARKS.md, issue #18).
+BY_IDS = " AND j.id = ANY(%s::text[])"
+
 
 def guarded_sql(d: Dialect) -> str:
     """The batch's one statement. Parameters: the rows (:func:`slim_row`'s values, then the
-    old document and ``seq``), the events ``[job id, seq, doc]``, the notifications
-    ``[channel, job id]`` (JSON arrays, see :func:`outlast.store.postgresql.rows_json`).
-    Returns a row per notification sent, so the ids it names are the jobs written (each
-    has one on its own channel at least)."""
+    old document and ``seq``), the rows' job ids (an array, :data:`BY_IDS`), the events
+    ``[job id, seq, doc]``, the notifications ``[channel, job id]`` (JSON arrays, see
+    :func:`outlast.store.postgresql.rows_json`). Returns a row per notification sent, so
+    the ids it names are the jobs written (each has one on its own channel at least)."""
     ts = "timestamptz"
     return (
         "WITH r AS (SELECT x->>0 AS status, x->>1 AS worker,"
@@ -45,7 +52,7 @@ def guarded_sql(d: Dialect) -> str:
         f" u AS (UPDATE {d.jobs} AS j SET status = r.status, worker = r.worker,"
         " run_after = r.run_after, finished_at = r.finished_at, expires_at = r.expires_at,"
         " started_at = r.started_at, doc = r.doc, seq = r.seq"
-        " FROM r WHERE j.id = r.id AND j.seq = r.old_seq AND j.doc = r.old_doc"
+        f" FROM r WHERE j.id = r.id AND j.seq = r.old_seq AND j.doc = r.old_doc{BY_IDS}"
         " RETURNING j.id),"
         f" e AS (INSERT INTO {d.events} (job_id, seq, doc)"
         " SELECT x->>0, (x->>1)::integer, decode(x->>2, 'base64')"

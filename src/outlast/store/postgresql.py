@@ -56,7 +56,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import psycopg
@@ -96,6 +96,7 @@ from outlast.store.sql import (
     SqlStore,
     StateCache,
     Write,
+    due_any_queue,
     fill_name_keys,
     flow_columns,
     name_index,
@@ -135,40 +136,57 @@ def dialect(schema: str) -> Dialect:
     )
 
 
-def bulk_statements(d: Dialect) -> dict[str, str]:
+class Bulk(NamedTuple):
+    """A statement's one-statement form (:func:`bulk_statements`): its SQL, and which
+    column of a row is the job's id when the statement also takes the rows' ids."""
+
+    sql: str
+    id_column: int | None = None
+
+    def params(self, rows: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
+        if self.id_column is None:
+            return (rows_json(rows),)
+        return rows_json(rows), [row[self.id_column] for row in rows]
+
+
+def bulk_statements(d: Dialect) -> dict[str, Bulk]:
     """The one-statement form of the SQL core's statements that a transaction runs once per
     job (a claim's starts, a batch of outcomes): the rows as one JSON array of arrays
     (:func:`rows_json`), read with ``jsonb_array_elements``. A pool's batch of 16 jobs is
     then 2 statements instead of 32, which spares the pool the client's cost of each
     statement and the server its planning and execution; and one JSON parameter, not an
     array per column, which spares it psycopg's dumping of each array element in Python
-    (5x the client's CPU of a batch's update, BENCHMARKS.md issue #18)."""
+    (5x the client's CPU of a batch's update, BENCHMARKS.md issue #18).
+
+    An update of jobs also takes their ids as an array (``_pgguard.BY_IDS``): the planner counts
+    100 rows for ``jsonb_array_elements``, and under ~10,000 jobs it then read the whole
+    table and hashed it for every batch, where the ids let it use the primary key."""
     ts = "timestamptz"
     slim = (
         f"UPDATE {d.jobs} AS j SET status = r->>0, worker = r->>1,"
         f" run_after = (r->>2)::{ts}, finished_at = (r->>3)::{ts},"
         f" expires_at = (r->>4)::{ts}, started_at = (r->>5)::{ts},"
         " doc = decode(r->>6, 'base64'), seq = (r->>7)::integer"
-        " FROM jsonb_array_elements(%s::jsonb) AS r WHERE j.id = r->>8"
+        f" FROM jsonb_array_elements(%s::jsonb) AS r WHERE j.id = r->>8{guard.BY_IDS}"
     )
     events = (
         f"INSERT INTO {d.events} (job_id, seq, doc)"
         " SELECT r->>0, (r->>1)::integer, decode(r->>2, 'base64')"
         " FROM jsonb_array_elements(%s::jsonb) AS r"
     )
-    return {d.sql(SLIM_UPDATE): slim, d.sql(EVENT_INSERT): events}
+    return {d.sql(SLIM_UPDATE): Bulk(slim, 8), d.sql(EVENT_INSERT): Bulk(events)}
 
 
-def fusable_writes(schema: str, d: Dialect, bulk: dict[str, str]) -> dict[str, str]:
+def fusable_writes(schema: str, d: Dialect, bulk: dict[str, Bulk]) -> dict[str, str]:
     """The writes a transaction's commit may join into one statement (see ``_Script.fuse``),
     each with the table it writes: a transition's (the job's row, its events) and a claim's
     journal records. None reads a table another writes."""
     slim, events = d.sql(SLIM_UPDATE), d.sql(EVENT_INSERT)
     return {
         slim: "jobs",
-        bulk[slim]: "jobs",
+        bulk[slim].sql: "jobs",
         events: "events",
-        bulk[events]: "events",
+        bulk[events].sql: "events",
         _journal_upsert(schema): "journal",
     }
 
@@ -242,6 +260,8 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
         ],
         # jobs counted by queue, status and kind as they change (Store.stats)
         [*_counts.pg_statements(schema)],
+        # the claims of pools of every queue, in the claim's order (sql.due_any_queue)
+        [due_any_queue(d)],
     ]
 
 
@@ -331,7 +351,7 @@ class _Tx:
     """A transaction as (usually) two round trips: ``BEGIN`` with the reads, then the writes,
     the notifications and ``COMMIT``."""
 
-    def __init__(self, conn: Conn, bulk: dict[str, str], pipe: _pgwire.Pipe | None = None) -> None:
+    def __init__(self, conn: Conn, bulk: dict[str, Bulk], pipe: _pgwire.Pipe | None = None) -> None:
         self.conn = conn
         self.pipe = pipe  # the claim's: its statements through libpq directly
         self.bulk = bulk  # bulk_statements()
@@ -350,7 +370,7 @@ class _Tx:
     def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         bulk = self.bulk.get(sql) if len(rows) > 1 else None
         if bulk is not None:  # the rows as one JSON parameter
-            self.script.add(bulk, rows_json(rows))
+            self.script.add(bulk.sql, *bulk.params(rows))
             return
         for row in rows:
             self.script.add(sql, *row)
@@ -555,7 +575,8 @@ class PostgresStore(AdvisoryLocks, SqlStore):
     def _guarded(self, taken: list[guard.Guess]) -> dict[str, Applied]:
         """Write ``taken`` as one guarded statement; what it came to, for the jobs it wrote."""
         rows, events, notes = guard.parameters(self.dialect, taken, self._guess_channels)
-        params = (rows_json(rows), rows_json(events), rows_json(notes))
+        ids = [g.job_id for g in taken]
+        params = (rows_json(rows), ids, rows_json(events), rows_json(notes))
         with self._idle_session(f"update {len(taken)} jobs") as conn:
             written = {row[0] for row in _pgwire.Pipe(conn).run([(self._guarded_sql, params)])}
         return guard.results(taken, written, self._states)

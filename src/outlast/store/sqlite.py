@@ -48,6 +48,7 @@ from outlast.store.sql import (
     SqlStore,
     StateCache,
     Write,
+    due_any_queue,
     fill_name_keys,
     flow_columns,
     name_index,
@@ -130,6 +131,8 @@ MIGRATIONS: tuple[tuple[str | Step, ...], ...] = (
         "CREATE INDEX jobs_finished ON jobs (finished_at, status, created_at, started_at, kind)"
         " WHERE finished_at IS NOT NULL",
     ),
+    # the claims of pools of every queue, in the claim's order (sql.due_any_queue)
+    (due_any_queue(DIALECT),),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
