@@ -213,17 +213,6 @@ def tables(d: Dialect) -> list[str]:
     ]
 
 
-def due_any_queue(d: Dialect) -> str:
-    """The ``jobs_due_all`` index: the claimable jobs in :data:`CLAIM_ORDER` whatever their
-    queue. ``jobs_due`` leads with the queue, so a pool of every queue (``outlast worker``
-    with no ``--queue``) sorted every claimable job for each claim: 7 ms a claim with 5,000
-    waiting on SQLite, 11 ms on PostgreSQL, and 130 / 510 ms with 100,000 (BENCHMARKS.md,
-    issue #18). Through this index a claim reads the few rows it takes."""
-    return d.sql(
-        f"CREATE INDEX IF NOT EXISTS jobs_due_all ON {{jobs}} ({CLAIM_ORDER}) WHERE {CLAIMABLE}"
-    )
-
-
 def flow_columns(d: Dialect) -> list[str]:
     """What flow control added: ``jobs.priority`` and the ``jobs_due`` index that claims
     read in :data:`CLAIM_ORDER`; ``jobs.retry_of`` (indexed: a job's retries); and
@@ -884,20 +873,50 @@ class SqlStore(Store):
         return " AND ".join(where), params
 
     def _due_query(
-        self, queues: builtins.list[str] | None, kinds: builtins.list[Kind] | None, now: datetime
+        self,
+        queues: builtins.list[str] | None,
+        kinds: builtins.list[Kind] | None,
+        now: datetime,
+        limit: int,
     ) -> tuple[str, list[Any]]:
-        """``SELECT id, doc, seq`` of the due claimable jobs in :data:`CLAIM_ORDER` (higher
-        priority first, then the earliest due); ``LIMIT ?`` last."""
-        where, params = self._claimable(queues, kinds)
-        # of more than one queue: in the order of every queue's (jobs of other queues
-        # skipped), not the rows of those queues sorted (PostgreSQL's planner chooses)
-        index = "jobs_due" if queues and len(queues) == 1 else "jobs_due_all"
-        sql = (
-            f"SELECT id, doc, seq FROM {{jobs}} j{self.dialect.using(index)} WHERE {where}"
-            f" AND (run_after IS NULL OR run_after <= ?) AND {ROOM}"
-            f" ORDER BY {CLAIM_ORDER} LIMIT ?"
+        """``SELECT id, doc, seq`` of at most ``limit`` due claimable jobs in
+        :data:`CLAIM_ORDER` (higher priority first, then the earliest due).
+
+        ``jobs_due`` holds them in that order queue by queue. A claim of one queue reads its
+        first rows; a claim of several (or of every queue) reads the first ``limit`` of each
+        and takes the first of those. Read as one, the jobs of all its queues were sorted for
+        each claim: 7 ms with 5,000 waiting, 134 ms with 100,000 (BENCHMARKS.md, issue #18).
+        """
+        if queues is None:
+            queues = self._claimable_queues()
+            if not queues:
+                return self.dialect.sql("SELECT id, doc, seq FROM {jobs} WHERE 0"), []
+        time = self.dialect.time(now)
+        parts, params = [], []
+        for queue in queues:
+            where, args = self._claimable([queue], kinds)
+            parts.append(
+                f"SELECT * FROM (SELECT id, doc, seq, priority, {DUE} AS due FROM {{jobs}} j"
+                f"{self.dialect.using('jobs_due')} WHERE {where}"
+                f" AND (run_after IS NULL OR run_after <= ?) AND {ROOM}"
+                f" ORDER BY {CLAIM_ORDER} LIMIT ?)"
+            )
+            params += [*args, time, limit]
+        sql = " UNION ALL ".join(parts)
+        if len(parts) > 1:
+            sql = f"SELECT * FROM ({sql}) ORDER BY priority DESC, due, id LIMIT ?"
+            params.append(limit)
+        return self.dialect.sql(f"SELECT id, doc, seq FROM ({sql})"), params
+
+    def _claimable_queues(self) -> builtins.list[str]:
+        """The queues that hold a claimable job: one step of ``jobs_due`` per queue."""
+        first = f"SELECT min(queue) FROM {{jobs}}{self.dialect.using('jobs_due')} WHERE {CLAIMABLE}"
+        sql = self.dialect.sql(
+            f"WITH RECURSIVE q(queue) AS (SELECT ({first}) UNION ALL"
+            f" SELECT ({first} AND queue > q.queue) FROM q WHERE q.queue IS NOT NULL)"
+            " SELECT queue FROM q WHERE queue IS NOT NULL"
         )
-        return self.dialect.sql(sql), [*params, self.dialect.time(now)]
+        return [row[0] for row in self._query("claimable queues", sql, ())]
 
     def _next_due(
         self, queues: builtins.list[str] | None, kinds: builtins.list[Kind] | None

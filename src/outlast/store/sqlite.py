@@ -48,7 +48,6 @@ from outlast.store.sql import (
     SqlStore,
     StateCache,
     Write,
-    due_any_queue,
     fill_name_keys,
     flow_columns,
     name_index,
@@ -131,8 +130,6 @@ MIGRATIONS: tuple[tuple[str | Step, ...], ...] = (
         "CREATE INDEX jobs_finished ON jobs (finished_at, status, created_at, started_at, kind)"
         " WHERE finished_at IS NOT NULL",
     ),
-    # the claims of pools of every queue, in the claim's order (sql.due_any_queue)
-    (due_any_queue(DIALECT),),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -445,14 +442,12 @@ class SQLiteStore(_local.LocalStore, SqlStore):
         now: datetime,
         journal: Journal,
     ) -> list[tuple[JobState, Any]]:
-        sql, params = self._due_query(queues, kinds, now)
         # nothing due: no write lock taken (idle pools stay cheap)
-        if not self._query("claim", sql, (*params, 1)):
+        if not self._query("claim", *self._due_query(queues, kinds, now, 1)):
             return []
         with self._tx("claim") as tx:
-            starts: list[Write] = self._starts(
-                tx, tx.read(sql, (*params, limit * 2)), worker, now, limit
-            )
+            rows = tx.read(*self._due_query(queues, kinds, now, limit * 2))
+            starts: list[Write] = self._starts(tx, rows, worker, now, limit)
             if starts:
                 journal.claimed([(new.id, new.attempts) for _, new, _, _ in starts])
                 self._write(tx, starts)
