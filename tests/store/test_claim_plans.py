@@ -6,11 +6,13 @@ job of them for each claim."""
 from __future__ import annotations
 
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from outlast.model import utcnow
+from outlast.model import Kind, utcnow
 from outlast.store import Store, open_store
 from outlast.store.sqlite import SQLiteStore
 from tests.pg import support
@@ -74,3 +76,63 @@ def test_a_postgresql_claim_reads_its_jobs_in_order_from_an_index(
         assert index in plan and "Seq Scan on jobs" not in plan, plan
     finally:
         support.drop_schema(url)
+
+
+def test_next_due_is_the_earliest_claimable_job_of_any_priority(store: Store) -> None:
+    """``next_due`` (when an idle pool looks again): the earliest due of the claimable jobs
+    of its queues and kinds, whatever their priority, skipping those whose limit key has
+    no free slot; None when there is none, and a time already past when one is due."""
+    now = utcnow()
+    assert store.next_due() is None
+    store.create(name="far", queue="a", run_after=now + timedelta(hours=3))
+    store.create(name="near", queue="a", run_after=now + timedelta(hours=2), priority=5)
+    store.create(name="other", queue="b", run_after=now + timedelta(hours=1))
+    store.create(name="fn", queue="a", kind=Kind.FUNCTION, run_after=now + timedelta(hours=4))
+    assert store.next_due(["a"]) == now + timedelta(hours=2)
+    assert store.next_due(["a", "b"]) == store.next_due() == now + timedelta(hours=1)
+    assert store.next_due(["a"], [Kind.FUNCTION]) == now + timedelta(hours=4)
+    assert store.next_due(["c"]) is None
+    # a job whose key has no free slot is not due, whenever it was to run
+    store.create(name="held", queue="c", limit_key="k", limit=1)
+    [running] = store.claim(None, 1, ["c"])
+    store.create(name="waits", queue="c", limit_key="k", limit=1, priority=9)
+    store.create(name="later", queue="c", run_after=now + timedelta(hours=5))
+    assert store.next_due(["c"]) == now + timedelta(hours=5)
+    running.succeed(None)
+    due = store.next_due(["c"])
+    assert due is not None and due <= utcnow()
+
+
+def test_a_sqlite_next_due_reads_the_first_job_of_each_priority_from_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a sort of the queue's claimable jobs (a pool asks after every claim that took all
+    there was): one step of ``jobs_due`` per priority, and the first row there."""
+    tmp_path.chmod(0o700)
+    path = tmp_path / "s.db"
+    later = utcnow() + timedelta(days=1)
+    with open_store(f"sqlite://{path}") as store:
+        assert isinstance(store, SQLiteStore)
+        store.create_many([{"priority": i % 3} for i in range(BACKLOG)], {"run_after": later})
+        asked: list[tuple[str, Any]] = []
+        real = store._query
+
+        def query(what: str, sql: str, params: Any) -> Any:
+            asked.append((sql, params))
+            return real(what, sql, params)
+
+        monkeypatch.setattr(store, "_query", query)
+        assert store.next_due(["default"]) == later
+    [(sql, params)] = asked
+    conn = sqlite3.connect(path)
+    try:
+        plan = conn.execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()
+    finally:
+        conn.close()
+    shown = "; ".join(detail for _, _, _, detail in plan)
+    reads = [detail for _, _, _, detail in plan if " jobs " in f"{detail} " or " j " in detail]
+    assert reads and all(d.startswith("SEARCH") for d in reads), shown  # no scan of jobs
+    # the jobs it orders are read a priority at a time (each its first), not the queue's
+    firsts = [d for _, _, _, d in plan if d.startswith("SEARCH j ")]
+    assert firsts == ["SEARCH j USING INDEX jobs_due (queue=? AND priority=?)"], shown
+    assert [p for _, p, _, d in plan if "TEMP B-TREE" in d] == [0], shown  # the firsts only

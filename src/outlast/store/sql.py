@@ -921,17 +921,36 @@ class SqlStore(Store):
     def _next_due(
         self, queues: builtins.list[str] | None, kinds: builtins.list[Kind] | None
     ) -> datetime | None:
-        where, params = self._claimable(queues, kinds)
-        sql = self.dialect.sql(
-            f"SELECT run_after FROM {{jobs}} j WHERE {where} AND {ROOM}"
-            " ORDER BY run_after IS NOT NULL, run_after LIMIT 1"
-        )
-        rows = self._query("next due", sql, params)
-        if not rows:
+        """The earliest due of each queue and priority is the first row of ``jobs_due``
+        there that has room: one read of the index for each, not a sort of the queue's
+        claimable jobs (67 ms on SQLite, 297 ms on PostgreSQL with 100,000 delayed jobs
+        waiting, after every claim that took all there was; BENCHMARKS.md, issue #18)."""
+        if queues is None:
+            queues = self._claimable_queues()
+        using = self.dialect.using("jobs_due")
+        best: tuple[Any, Any] | None = None  # (due, run_after) of the earliest
+        for queue in queues:
+            where, args = self._claimable([queue], kinds)
+            top = f"SELECT max(priority) FROM {{jobs}}{using} WHERE {CLAIMABLE} AND queue = ?"
+            sql = self.dialect.sql(
+                f"WITH RECURSIVE p(priority) AS (SELECT ({top}) UNION ALL"
+                f" SELECT ({top} AND priority < p.priority) FROM p WHERE p.priority IS NOT NULL),"
+                f" f(id) AS (SELECT (SELECT id FROM {{jobs}} j{using} WHERE {where}"
+                f" AND priority = p.priority AND {ROOM} ORDER BY {CLAIM_ORDER} LIMIT 1)"
+                " FROM p WHERE p.priority IS NOT NULL)"
+                f" SELECT {DUE}, run_after FROM {{jobs}} JOIN f USING (id) ORDER BY 1 LIMIT 1"
+            )
+            for due, run_after in self._query("next due", sql, (queue, queue, *args)):
+                if best is None or self._time_of(due) < self._time_of(best[0]):
+                    best = (due, run_after)
+        if best is None:
             return None
-        value = rows[0][0]
-        if value is None:
+        if best[1] is None:
             return utcnow()  # due already
+        return self._time_of(best[1])
+
+    @staticmethod
+    def _time_of(value: Any) -> datetime:
         return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
     def _starts(
