@@ -136,3 +136,14 @@ def test_a_sqlite_next_due_reads_the_first_job_of_each_priority_from_the_index(
     firsts = [d for _, _, _, d in plan if d.startswith("SEARCH j ")]
     assert firsts == ["SEARCH j USING INDEX jobs_due (queue=? AND priority=?)"], shown
     assert [p for _, p, _, d in plan if "TEMP B-TREE" in d] == [0], shown  # the firsts only
+
+
+def test_an_empty_list_of_queues_is_every_queue(store: Store) -> None:
+    """As a filter of none, on every store: claims and ``next_due`` of ``[]`` are of all."""
+    now = utcnow()
+    later = store.create(name="later", queue="a", run_after=now + timedelta(hours=1))
+    assert store.next_due([]) == now + timedelta(hours=1)
+    job = store.create(name="now", queue="b")
+    [task] = store.claim(None, 1, [])
+    assert task.id == job.id and store.claim(None, 1, []) == []
+    assert store.get(later.id).status == "pending"

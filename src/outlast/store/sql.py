@@ -887,10 +887,10 @@ class SqlStore(Store):
         and takes the first of those. Read as one, the jobs of all its queues were sorted for
         each claim: 7 ms with 5,000 waiting, 134 ms with 100,000 (BENCHMARKS.md, issue #18).
         """
-        if queues is None:
+        if not queues:  # every queue (an empty list too, as a filter of none)
             queues = self._claimable_queues()
             if not queues:
-                return self.dialect.sql("SELECT id, doc, seq FROM {jobs} WHERE 0"), []
+                return self.dialect.sql("SELECT id, doc, seq FROM {jobs} WHERE 1 = 0"), []
         time = self.dialect.time(now)
         parts, params = [], []
         for queue in queues:
@@ -925,7 +925,7 @@ class SqlStore(Store):
         there that has room: one read of the index for each, not a sort of the queue's
         claimable jobs (67 ms on SQLite, 297 ms on PostgreSQL with 100,000 delayed jobs
         waiting, after every claim that took all there was; BENCHMARKS.md, issue #18)."""
-        if queues is None:
+        if not queues:  # every queue (an empty list too, as a filter of none)
             queues = self._claimable_queues()
         using = self.dialect.using("jobs_due")
         best: tuple[Any, Any] | None = None  # (due, run_after) of the earliest
