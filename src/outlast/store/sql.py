@@ -892,30 +892,38 @@ class SqlStore(Store):
             if not queues:
                 return self.dialect.sql("SELECT id, doc, seq FROM {jobs} WHERE 1 = 0"), []
         time = self.dialect.time(now)
+        columns = "id, doc, seq" if len(queues) == 1 else f"id, doc, seq, priority, {DUE} AS due"
         parts, params = [], []
         for queue in queues:
             where, args = self._claimable([queue], kinds)
             parts.append(
-                f"SELECT * FROM (SELECT id, doc, seq, priority, {DUE} AS due FROM {{jobs}} j"
-                f"{self.dialect.using('jobs_due')} WHERE {where}"
+                f"SELECT {columns} FROM {{jobs}} j{self.dialect.using('jobs_due')} WHERE {where}"
                 f" AND (run_after IS NULL OR run_after <= ?) AND {ROOM}"
-                f" ORDER BY {CLAIM_ORDER} LIMIT ?)"
+                f" ORDER BY {CLAIM_ORDER} LIMIT ?"
             )
             params += [*args, time, limit]
-        sql = " UNION ALL ".join(parts)
-        if len(parts) > 1:
-            sql = f"SELECT * FROM ({sql}) ORDER BY priority DESC, due, id LIMIT ?"
-            params.append(limit)
-        return self.dialect.sql(f"SELECT id, doc, seq FROM ({sql})"), params
+        if len(parts) == 1:  # a pool's claim: the plain read
+            return self.dialect.sql(parts[0]), params
+        firsts = " UNION ALL ".join(f"SELECT * FROM ({part})" for part in parts)
+        sql = f"SELECT id, doc, seq FROM ({firsts}) ORDER BY priority DESC, due, id LIMIT ?"
+        return self.dialect.sql(sql), [*params, limit]
+
+    def _loose_scan(self, column: str, first: str, where: str) -> str:
+        """A recursive query ``p(v)`` of the distinct values of ``column`` among the rows of
+        ``jobs_due`` where ``where`` holds, one index step each (and a last NULL): ``first``
+        ``"min"`` walks them up, ``"max"`` down."""
+        beyond = ">" if first == "min" else "<"
+        step = f"SELECT {first}({column}) FROM {{jobs}}{self.dialect.using('jobs_due')}"
+        return (
+            f"WITH RECURSIVE p(v) AS (SELECT ({step} WHERE {where}) UNION ALL"
+            f" SELECT ({step} WHERE {where} AND {column} {beyond} p.v)"
+            " FROM p WHERE p.v IS NOT NULL)"
+        )
 
     def _claimable_queues(self) -> builtins.list[str]:
         """The queues that hold a claimable job: one step of ``jobs_due`` per queue."""
-        first = f"SELECT min(queue) FROM {{jobs}}{self.dialect.using('jobs_due')} WHERE {CLAIMABLE}"
-        sql = self.dialect.sql(
-            f"WITH RECURSIVE q(queue) AS (SELECT ({first}) UNION ALL"
-            f" SELECT ({first} AND queue > q.queue) FROM q WHERE q.queue IS NOT NULL)"
-            " SELECT queue FROM q WHERE queue IS NOT NULL"
-        )
+        scan = self._loose_scan("queue", "min", CLAIMABLE)
+        sql = self.dialect.sql(f"{scan} SELECT v FROM p WHERE v IS NOT NULL")
         return [row[0] for row in self._query("claimable queues", sql, ())]
 
     def _next_due(
@@ -928,16 +936,14 @@ class SqlStore(Store):
         if not queues:  # every queue (an empty list too, as a filter of none)
             queues = self._claimable_queues()
         using = self.dialect.using("jobs_due")
+        priorities = self._loose_scan("priority", "max", f"{CLAIMABLE} AND queue = ?")
         best: tuple[Any, Any] | None = None  # (due, run_after) of the earliest
         for queue in queues:
             where, args = self._claimable([queue], kinds)
-            top = f"SELECT max(priority) FROM {{jobs}}{using} WHERE {CLAIMABLE} AND queue = ?"
             sql = self.dialect.sql(
-                f"WITH RECURSIVE p(priority) AS (SELECT ({top}) UNION ALL"
-                f" SELECT ({top} AND priority < p.priority) FROM p WHERE p.priority IS NOT NULL),"
-                f" f(id) AS (SELECT (SELECT id FROM {{jobs}} j{using} WHERE {where}"
-                f" AND priority = p.priority AND {ROOM} ORDER BY {CLAIM_ORDER} LIMIT 1)"
-                " FROM p WHERE p.priority IS NOT NULL)"
+                f"{priorities}, f(id) AS (SELECT (SELECT id FROM {{jobs}} j{using} WHERE {where}"
+                f" AND priority = p.v AND {ROOM} ORDER BY {CLAIM_ORDER} LIMIT 1)"
+                " FROM p WHERE p.v IS NOT NULL)"
                 f" SELECT {DUE}, run_after FROM {{jobs}} JOIN f USING (id) ORDER BY 1 LIMIT 1"
             )
             for due, run_after in self._query("next due", sql, (queue, queue, *args)):
