@@ -4,6 +4,7 @@ alternately, medians. How this session's changes were measured (BENCHMARKS.md).
     python bench/pair_bench.py latency|first|submit|bulk|drain|claim BEFORE_SRC AFTER_SRC
         [--store sqlite|postgresql]
         [--reps 5] [--jobs 200] [--pg postgresql://postgres@127.0.0.1:5432/test]
+        [--waiting N] [--limit L]
 
 A source is a folder holding the ``outlast`` package (e.g. ``git worktree add /tmp/before
 HEAD~1`` then ``/tmp/before/src``); each run puts it first on ``PYTHONPATH`` (the editable
@@ -26,8 +27,12 @@ install's path comes after it) and compiles it first.
   the last job's return (the jobs' own clocks: no polling), and the worker's wall time
   (start-up included).
 - ``claim``: in one process, ``--jobs`` times (after 20 unmeasured): create a job, then time
-  ``store.claim(limit=1)`` with a pool's journal (the job then succeeds and its lock goes):
-  the p50 and p10 of the claim call in ms, the store's own part of submit→start.
+  ``store.claim(limit=L)`` (``--limit``, default 1) with a pool's journal (the job then
+  succeeds and its lock goes): the p50 and p10 of the claim call in ms, the store's own part
+  of submit→start.
+
+``--waiting N`` queues N jobs delayed by a day before ``latency`` or ``claim`` (PostgreSQL's
+table then analyzed): what a store of scheduled jobs costs the claims of the jobs due now.
 """
 
 from __future__ import annotations
@@ -134,18 +139,33 @@ CLAIM = """
 import json, os, statistics, sys, time
 import outlast
 store = outlast.open_store(os.environ["OUTLAST_STORE"])
-n = int(sys.argv[1])
+n, limit = int(sys.argv[1]), int(sys.argv[2])
 journal = store.journal("pair", "claim")
 took = []
 for _ in range(n + 20):
     store.create(name="c")
     t = time.perf_counter()
-    [task] = store.claim(limit=1, journal=journal)
+    [task] = store.claim(limit=limit, journal=journal)
     took.append(time.perf_counter() - t)
     task.succeed(None)
     task.release_worker_lock()
 took = sorted(took[20:])
 print(json.dumps([took[len(took) // 2] * 1e3, took[len(took) // 10] * 1e3]))
+"""
+WAITING = """
+import os, sys
+from datetime import timedelta
+import outlast
+from outlast.model import utcnow
+store = outlast.open_store(os.environ["OUTLAST_STORE"])
+later = {"name": "w", "run_after": utcnow() + timedelta(days=1)}
+n = int(sys.argv[1])
+for start in range(0, n, 10_000):
+    store.create_many([{} for _ in range(min(10_000, n - start))], later)
+if os.environ["PAIR_SCHEMA"]:  # its statistics, as autovacuum would have them
+    import psycopg
+    with psycopg.connect(os.environ["PAIR_PG"], autocommit=True) as conn:
+        conn.execute(f'ANALYZE "{os.environ["PAIR_SCHEMA"]}".jobs')
 """
 FIRST = """
 import json, os, sys, time
@@ -171,6 +191,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument(
+        "--waiting",
+        type=int,
+        default=0,
+        help="latency, claim: this many jobs delayed by a day queued first",
+    )
+    parser.add_argument("--limit", type=int, default=1, help="claim: the claim's limit")
     args = parser.parse_args()
     trees = [os.path.abspath(args.before), os.path.abspath(args.after)]
     for tree in trees:
@@ -208,13 +235,15 @@ def _one(args: argparse.Namespace, tree: str, work: Path) -> list[float]:
         schema = f"pair_{uuid.uuid4().hex[:12]}"
         url = f"{args.pg}?schema={schema}"
     env = dict(os.environ, PYTHONPATH=f"{tree}{os.pathsep}{work}", OUTLAST_STORE=url)
+    env.update(PAIR_PG=args.pg, PAIR_SCHEMA=schema or "")
     py = sys.executable
     try:
+        if args.waiting and args.figure in ("latency", "claim"):
+            subprocess.run([py, "-c", WAITING, str(args.waiting)], env=env, check=True)
         if args.figure in ("submit", "bulk", "drain", "claim"):
             script = {"submit": SUBMIT, "bulk": BULK, "drain": DRAIN, "claim": CLAIM}[args.figure]
-            out = subprocess.run(
-                [py, "-c", script, str(args.jobs)], env=env, capture_output=True, check=True
-            ).stdout
+            argv = [py, "-c", script, str(args.jobs), str(args.limit)]
+            out = subprocess.run(argv, env=env, capture_output=True, check=True).stdout
             submitted: list[float] = json.loads(out)
             return submitted
         if args.figure == "latency":

@@ -31,34 +31,56 @@ def test_a_claim_of_every_queue_takes_the_highest_priority_first(store: Store) -
     assert (first.id, second.id, third.id) == (high.id, other.id, low.id)
 
 
+def test_a_claim_reads_the_priorities_below_when_the_highest_runs_short(store: Store) -> None:
+    """A claim takes the due jobs of a queue's highest priority, then those of the next
+    one down, and so on, in one claim; a job not yet due is passed over at any priority,
+    and each queue of a claim of several is read so."""
+    now = utcnow()
+    store.create(name="later", queue="a", priority=9, run_after=now + timedelta(hours=1))
+    top = store.create(name="top", queue="a", priority=5)
+    store.create(name="later", queue="a", priority=5, run_after=now + timedelta(hours=1))
+    mid = [store.create(name="mid", queue="a", priority=2) for _ in range(2)]
+    low = store.create(name="low", queue="a")
+    other = store.create(name="other", queue="b", priority=3)
+    assert [t.id for t in store.claim(None, 3, ["a"])] == [top.id, mid[0].id, mid[1].id]
+    assert [t.id for t in store.claim(None, 3, ["a", "b"])] == [other.id, low.id]
+    assert store.claim(None, 3) == []
+    assert store.next_due(["a"]) == now + timedelta(hours=1)
+
+
 @pytest.mark.parametrize("queues", [None, ["a", "b"], ["a"]])
-def test_a_sqlite_claim_reads_the_first_jobs_of_each_queue_from_its_index(
+def test_a_sqlite_claim_reads_the_due_range_of_each_queues_highest_priority(
     tmp_path: Path, queues: list[str] | None
 ) -> None:
-    """``jobs_due`` holds the claimable jobs queue by queue: a claim reads the first rows of
-    each of its queues (every queue that holds one, when it names none) and sorts only
-    those."""
+    """``jobs_due`` holds the claimable jobs queue by queue, priority by priority, in the
+    order they fall due: a claim reads the due range of each queue's highest priority (of
+    every queue that holds one, when it names none), and sorts only the rows it read. The
+    jobs waiting behind the due ones, delayed or of other queues, are not read."""
     tmp_path.chmod(0o700)
     path = tmp_path / "s.db"
     with open_store(f"sqlite://{path}") as store:
         assert isinstance(store, SQLiteStore)
         store.create_many([{"queue": "ab"[i % 2]} for i in range(BACKLOG)], {"name": "w"})
-        sql, params = store._due_query(queues, None, utcnow(), 16)
+        later = utcnow() + timedelta(days=1)
+        store.create_many([{"queue": "ab"[i % 2]} for i in range(BACKLOG)], {"run_after": later})
+        sql, params = store._due_query(queues or store._claimable_queues(), None, utcnow(), 16)
     conn = sqlite3.connect(path)
     try:
         plan = conn.execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()
     finally:
         conn.close()
-    reads = [detail for _, _, _, detail in plan if detail.startswith(("SEARCH j", "SCAN j"))]
-    assert reads == ["SEARCH j USING INDEX jobs_due (queue=?)"] * len(queues or "ab"), plan
-    sorts = [parent for _, parent, _, detail in plan if "TEMP B-TREE" in detail]
-    assert sorts == ([0] if len(queues or "ab") > 1 else []), plan  # of the firsts only
+    reads = [detail for _, _, _, detail in plan if detail.startswith(("SEARCH j ", "SCAN j "))]
+    ranges = ["SEARCH j USING INDEX jobs_due (queue=? AND priority=? AND <expr><?)"]
+    assert reads == ranges * len(queues or "ab"), plan
+    assert not [detail for _, _, _, detail in plan if "TEMP B-TREE" in detail], plan
 
 
 @pytest.mark.parametrize("queues", [None, ["a"]])
-def test_a_postgresql_claim_reads_its_jobs_in_order_from_an_index(
+def test_a_postgresql_claim_reads_the_due_range_of_the_highest_priority_from_an_index(
     queues: list[str] | None,
 ) -> None:
+    """In the claim's order, and only the due ones: the delayed jobs behind them are not
+    read (nor sorted, as a bitmap scan would)."""
     url = support.make_url()
     if url is None:
         pytest.skip("no PostgreSQL server here")
@@ -66,14 +88,19 @@ def test_a_postgresql_claim_reads_its_jobs_in_order_from_an_index(
     try:
         with open_store(url) as store:
             store.create_many([{"queue": "ab"[i % 2]} for i in range(BACKLOG)], {"name": "w"})
+            later = {"run_after": utcnow() + timedelta(days=1)}
+            store.create_many([{"queue": "ab"[i % 2]} for i in range(BACKLOG)], later)
             with support.connect() as conn:
                 conn.execute(f'ANALYZE "{schema}".jobs')
             with support.statements_sent() as sent:
                 assert len(store.claim(None, 2, queues)) == 2
-        [(sql, params)] = [(s, p) for s, p in sent if s.startswith("WITH c AS")]
+        [(sql, params)] = [(s, p) for s, p in sent if s.startswith("WITH s AS")]
         plan = support.explain(sql, params)
         index = "jobs_due_all" if queues is None else "jobs_due"
-        assert index in plan and "Seq Scan on jobs" not in plan, plan
+        assert f"Index Scan using {index} on jobs" in plan, plan
+        assert "Seq Scan on jobs" not in plan and "Bitmap" not in plan, plan
+        ranges = [line for line in plan.splitlines() if "Index Cond" in line and "<=" in line]
+        assert ranges and "COALESCE(run_after, created_at) <=" in ranges[0], plan
     finally:
         support.drop_schema(url)
 
@@ -181,3 +208,53 @@ def test_a_files_claim_counts_the_store_once_per_key_not_once_per_waiting_job(
         assert scans == 2, scans
         assert store.get(nxt.id).limit_key == "k"
         assert store.claim(None, 4) == []
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+def test_a_job_made_by_a_clock_ahead_is_claimed_within_the_skew_the_claim_allows(
+    tmp_path: Path, engine: str
+) -> None:
+    """A job without ``run_after`` is due from its ``created_at``, which the host that made
+    it wrote: a claim reads up to ``SKEW`` past its own clock, so a job from a clock ahead
+    by less is claimed at once, and one from a clock further ahead when it comes within
+    ``SKEW`` (which ``next_due`` says, so an idle pool waits for it rather than spins)."""
+    from outlast.store.sql import SKEW
+
+    if engine == "sqlite":
+        tmp_path.chmod(0o700)
+        url: str | None = f"sqlite://{tmp_path / 's.db'}"
+    else:
+        url = support.make_url()
+        if url is None:
+            pytest.skip("no PostgreSQL server here")
+    assert url is not None
+    try:
+        with open_store(url) as store:
+            near = store.create(name="near", queue="a")
+            far = store.create(name="far", queue="b")
+            now = utcnow()
+            ahead = {near.id: now + SKEW / 2, far.id: now + SKEW * 6}
+            if engine == "sqlite":
+                assert isinstance(store, SQLiteStore)
+                conn = sqlite3.connect(tmp_path / "s.db")
+                with conn:
+                    for job_id, at in ahead.items():
+                        sql = "UPDATE jobs SET created_at = ? WHERE id = ?"
+                        conn.execute(sql, (store.dialect.time(at), job_id))
+                conn.close()
+            else:
+                with support.connect() as conn:
+                    for job_id, at in ahead.items():
+                        conn.execute(
+                            f'UPDATE "{support.schema_of(url)}".jobs SET created_at = %s'
+                            " WHERE id = %s",
+                            (at, job_id),
+                        )
+            [task] = store.claim(None, 2)
+            assert task.id == near.id
+            assert store.claim(None, 2) == []
+            due = store.next_due(["b"])
+            assert due is not None and abs((due - (ahead[far.id] - SKEW)).total_seconds()) < 1e-3
+    finally:
+        if engine == "postgresql" and url is not None:
+            support.drop_schema(url)

@@ -57,6 +57,11 @@ SERVER_KEEPALIVES = {
     "tcp_keepalives_count": "3",
     "tcp_user_timeout": "30000",
 }
+#: Settings of a lock connection's session, where claims run. No JIT: a claim's custom
+#: plan (the first five runs of its prepared statement in a session) is costed above
+#: ``jit_above_cost`` once the store holds ~100,000 jobs, and compiling it cost 20-35 ms a
+#: run, for a statement that runs in well under one (BENCHMARKS.md, issue #18).
+LOCK_SESSION = {"jit": "off"}
 
 
 def translated(what: str) -> contextlib.AbstractContextManager[None]:
@@ -491,7 +496,7 @@ def dead_local_holder(app_name: str | None) -> bool:
 def open_lock_connection(conns: Connections, probe: int, ids: tuple[int, int]) -> tuple[Conn, int]:
     """A new lock connection and its backend pid: server-side keepalives, and checked to own
     its session (``probe`` is a lock key nobody else uses, ``ids`` its pg_locks ids)."""
-    options = " ".join(f"-c {k}={v}" for k, v in SERVER_KEEPALIVES.items())
+    options = " ".join(f"-c {k}={v}" for k, v in {**SERVER_KEEPALIVES, **LOCK_SESSION}.items())
     base = pg_conninfo.conninfo_to_dict(conns.conninfo).get("options") or ""
     try:
         conn = conns.connect(application_name=lock_app_name(), options=f"{base} {options}".strip())

@@ -91,6 +91,7 @@ from outlast.store.sql import (
     LIVE,
     LIVE_STATUSES,
     ROOM,
+    SKEW,
     SLIM_UPDATE,
     Dialect,
     Row,
@@ -115,6 +116,10 @@ from outlast.store.sql import (
 SHARDS = 16
 #: The first key of the two-key advisory locks of concurrency keys (its own namespace).
 _LIMIT_LOCKS = 0x4C494D  # "LIM"
+#: The reads one claim makes at most: one per priority it goes down to (the due jobs of its
+#: highest ran short), and again when rows it read were taken by another claimer. A claim
+#: that stops there returns what it took; the pool's next claim reads on.
+_CLAIM_ROUNDS = 8
 
 
 def dialect(schema: str) -> Dialect:
@@ -616,22 +621,32 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         if getattr(self._in_rule, "on", False):
             raise StoreError("postgresql store: claim: a write inside a transition")
         where, params = self._claimable(queues, kinds)
+        top = f"SELECT priority FROM {{jobs}} j WHERE {where}"
         query = self.dialect.sql(
-            f"WITH c AS (SELECT id, doc, seq, lock_key, priority, {DUE} AS due FROM {{jobs}} j"
-            f" WHERE {where} AND (run_after IS NULL OR run_after <= ?) AND {ROOM}"
-            f" AND id <> ALL(?::text[]) ORDER BY {CLAIM_ORDER} LIMIT ? FOR UPDATE OF j SKIP LOCKED)"
-            f" SELECT id, doc, seq, lock_key, {TRY_LOCK_SQL}, pg_backend_pid() FROM c"
-            " ORDER BY priority DESC, due, id"
+            f"WITH s AS (SELECT COALESCE(?::int, ({top} ORDER BY priority DESC LIMIT 1)) AS p),"
+            f" t AS (SELECT p, ({top} AND priority < s.p ORDER BY priority DESC LIMIT 1) AS lower"
+            " FROM s),"
+            f" c AS (SELECT id, doc, seq, lock_key, {DUE} AS due FROM {{jobs}} j WHERE {where}"
+            f" AND priority = (SELECT p FROM t) AND {DUE} <= ? AND (run_after IS NULL OR"
+            f" run_after <= ?) AND {ROOM} AND id <> ALL(?::text[]) ORDER BY {DUE}, id LIMIT ?"
+            " FOR UPDATE OF j SKIP LOCKED)"
+            f" SELECT c.id, c.doc, c.seq, c.lock_key, {TRY_LOCK_SQL}, pg_backend_pid(), t.lower"
+            " FROM t LEFT JOIN c ON true ORDER BY c.due, c.id"
         )
         seen: list[str] = []
         kept: dict[str, int] = {}  # job id -> lock key, of the jobs claimed
         claimed: list[JobState] = []
+        level: int | None = None  # the priority read: None, the highest
         with self._claiming() as conn, self._db.borrowed(conn, "claim"):
             tx = _Tx(conn, self._bulk, _pgwire.Pipe(conn))
             held = self._held_keys()
-            for _ in range(3):  # more rounds only when rows were skipped
+            for _ in range(_CLAIM_ROUNDS):
                 want = limit - len(claimed)
-                rows = tx.read(query, (*params, now, seen, want, held))
+                got = tx.read(
+                    query, (level, *params, *params, *params, now + SKEW, now, seen, want, held)
+                )
+                lower = got[0][6] if got else None  # the next priority down
+                rows = [r[:6] for r in got if r[0] is not None]
                 seen += [r[0] for r in rows]
                 locked, loose = self._locked_rows(tx, rows, kept)
                 starts: list[Write] = self._starts(tx, [r[:3] for r in locked], worker, now)
@@ -650,8 +665,13 @@ class PostgresStore(AdvisoryLocks, SqlStore):
                     for _, new, _, _ in starts:
                         tx.wake(new.id, False)
                 claimed += [new for _, new, _, _ in starts]
-                if len(rows) < want or len(claimed) >= limit:
+                if len(claimed) >= limit:
                     break
+                if len(rows) < want:  # the priority's due jobs are all read: the next down
+                    if lower is None:
+                        break
+                    level = lower
+                # else rows were skipped (locked, or their key full): the priority again
             self._commit(tx)
             handles = self._claimed_locks(kept)
         return [(state, handles[state.id]) for state in claimed]

@@ -24,6 +24,7 @@ retention, ``schedules_next`` for the schedules due. ``PRAGMA user_version`` is 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import sqlite3
@@ -443,10 +444,10 @@ class SQLiteStore(_local.LocalStore, SqlStore):
         journal: Journal,
     ) -> list[tuple[JobState, Any]]:
         # nothing due: no write lock taken (idle pools stay cheap)
-        if not self._query("claim", *self._due_query(queues, kinds, now, 1)):
+        if not self._due_rows(functools.partial(self._query, "claim"), queues, kinds, now, 1):
             return []
         with self._tx("claim") as tx:
-            rows = tx.read(*self._due_query(queues, kinds, now, limit * 2))
+            rows = self._due_rows(tx.read, queues, kinds, now, limit * 2)
             starts: list[Write] = self._starts(tx, rows, worker, now, limit)
             if starts:
                 journal.claimed([(new.id, new.attempts) for _, new, _, _ in starts])
