@@ -31,8 +31,11 @@ install's path comes after it) and compiles it first.
   succeeds and its lock goes): the p50 and p10 of the claim call in ms, the store's own part
   of submit→start.
 
-``--waiting N`` queues N jobs delayed by a day before ``latency`` or ``claim`` (PostgreSQL's
-table then analyzed): what a store of scheduled jobs costs the claims of the jobs due now.
+``--waiting N`` queues N jobs before ``latency`` or ``claim`` (PostgreSQL's table then
+analyzed): function jobs delayed by a day (``--waiting-kind function``, the default), or due
+command jobs of one group (``command``; pending, as those of a full group wait for their
+supervisors): what a store of scheduled jobs, or a group's queue, costs the claims of the jobs
+due now.
 """
 
 from __future__ import annotations
@@ -158,8 +161,10 @@ from datetime import timedelta
 import outlast
 from outlast.model import utcnow
 store = outlast.open_store(os.environ["OUTLAST_STORE"])
-later = {"name": "w", "run_after": utcnow() + timedelta(days=1)}
-n = int(sys.argv[1])
+n, kind = int(sys.argv[1]), sys.argv[2]
+later = {"name": "w", "kind": kind, "run_after": utcnow() + timedelta(days=1)}
+if kind == "command":  # due commands of a group, as a full group's wait (no pool's to take)
+    later = {"name": "w", "kind": kind, "limit_key": "pair.group"}
 for start in range(0, n, 10_000):
     store.create_many([{} for _ in range(min(10_000, n - start))], later)
 if os.environ["PAIR_SCHEMA"]:  # its statistics, as autovacuum would have them
@@ -195,7 +200,13 @@ def main() -> None:
         "--waiting",
         type=int,
         default=0,
-        help="latency, claim: this many jobs delayed by a day queued first",
+        help="latency, claim: this many jobs queued first, not due (see --waiting-kind)",
+    )
+    parser.add_argument(
+        "--waiting-kind",
+        choices=["function", "command"],
+        default="function",
+        help="function: delayed by a day; command: due commands of a group (as a full group's)",
     )
     parser.add_argument("--limit", type=int, default=1, help="claim: the claim's limit")
     args = parser.parse_args()
@@ -239,7 +250,8 @@ def _one(args: argparse.Namespace, tree: str, work: Path) -> list[float]:
     py = sys.executable
     try:
         if args.waiting and args.figure in ("latency", "claim"):
-            subprocess.run([py, "-c", WAITING, str(args.waiting)], env=env, check=True)
+            argv = [py, "-c", WAITING, str(args.waiting), args.waiting_kind]
+            subprocess.run(argv, env=env, check=True)
         if args.figure in ("submit", "bulk", "drain", "claim"):
             script = {"submit": SUBMIT, "bulk": BULK, "drain": DRAIN, "claim": CLAIM}[args.figure]
             argv = [py, "-c", script, str(args.jobs), str(args.limit)]

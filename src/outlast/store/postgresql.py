@@ -87,6 +87,7 @@ from outlast.store.sql import (
     CLAIM_ORDER,
     CLAIMABLE,
     DUE,
+    DUE_PARTS,
     EVENT_INSERT,
     LIVE,
     LIVE_STATUSES,
@@ -98,6 +99,8 @@ from outlast.store.sql import (
     SqlStore,
     StateCache,
     Write,
+    due_indexes,
+    due_parts,
     fill_name_keys,
     flow_columns,
     name_index,
@@ -272,7 +275,23 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
         # is not in it), so only a new job pays for it: SQLite, which would pay at both,
         # reads jobs_due queue by queue instead (sql.SqlStore._due_query)
         [f"CREATE INDEX IF NOT EXISTS jobs_due_all ON {d.jobs} ({CLAIM_ORDER}) WHERE {CLAIMABLE}"],
+        # the claimable jobs split by who starts them (sql.DUE_PARTS): a pool's claim read
+        # past every command job of its queues that waits (for a group's slot, for its
+        # time) to find its own kinds
+        [
+            *due_indexes(d, f'"{schema}".jobs_due'),
+            f'DROP INDEX IF EXISTS "{schema}".jobs_due_all',
+            *(
+                f"CREATE INDEX IF NOT EXISTS {index.replace('jobs_due', 'jobs_due_all')}"
+                f" ON {d.jobs} ({CLAIM_ORDER}) WHERE {CLAIMABLE} AND {holds}"
+                for index, holds in DUE_PARTS
+            ),
+        ],
     ]
+
+
+def _greatest(values: list[str]) -> str:
+    return values[0] if len(values) == 1 else f"GREATEST({', '.join(values)})"
 
 
 #: Wakes the listeners of channels: a JSON array (:func:`rows_json`) of [channel, payload].
@@ -620,19 +639,8 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         :meth:`_claiming`)."""
         if getattr(self._in_rule, "on", False):
             raise StoreError("postgresql store: claim: a write inside a transition")
-        where, params = self._claimable(queues, kinds)
-        top = f"SELECT priority FROM {{jobs}} j WHERE {where}"
-        query = self.dialect.sql(
-            f"WITH s AS (SELECT COALESCE(?::int, ({top} ORDER BY priority DESC LIMIT 1)) AS p),"
-            f" t AS (SELECT p, ({top} AND priority < s.p ORDER BY priority DESC LIMIT 1) AS lower"
-            " FROM s),"
-            f" c AS (SELECT id, doc, seq, lock_key, {DUE} AS due FROM {{jobs}} j WHERE {where}"
-            f" AND priority = (SELECT p FROM t) AND {DUE} <= ? AND (run_after IS NULL OR"
-            f" run_after <= ?) AND {ROOM} AND id <> ALL(?::text[]) ORDER BY {DUE}, id LIMIT ?"
-            " FOR UPDATE OF j SKIP LOCKED)"
-            f" SELECT c.id, c.doc, c.seq, c.lock_key, {TRY_LOCK_SQL}, pg_backend_pid(), t.lower"
-            " FROM t LEFT JOIN c ON true ORDER BY c.due, c.id"
-        )
+        query, parts = self._claim_query(queues, kinds)
+        probes = [x for args in parts for x in args]  # the priorities': each part's
         seen: list[str] = []
         kept: dict[str, int] = {}  # job id -> lock key, of the jobs claimed
         claimed: list[JobState] = []
@@ -642,14 +650,13 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             held = self._held_keys()
             for _ in range(_CLAIM_ROUNDS):
                 want = limit - len(claimed)
-                got = tx.read(
-                    query, (level, *params, *params, *params, now + SKEW, now, seen, want, held)
-                )
+                reads = [x for args in parts for x in (*args, now + SKEW, now, seen, want)]
+                got = tx.read(query, (level, *probes, *probes, *reads, held))
                 lower = got[0][6] if got else None  # the next priority down
                 rows = [r[:6] for r in got if r[0] is not None]
                 seen += [r[0] for r in rows]
                 locked, loose = self._locked_rows(tx, rows, kept)
-                starts: list[Write] = self._starts(tx, [r[:3] for r in locked], worker, now)
+                starts: list[Write] = self._starts(tx, [r[:3] for r in locked], worker, now, want)
                 started = {old.id for old, _, _, _ in starts}
                 loose += [r[3] for r in locked if r[0] not in started]
                 if loose:  # taken, not started: let go in the write round trip
@@ -675,6 +682,40 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             self._commit(tx)
             handles = self._claimed_locks(kept)
         return [(state, handles[state.id]) for state in claimed]
+
+    def _claim_query(
+        self, queues: list[str] | None, kinds: list[Kind] | None
+    ) -> tuple[str, list[list[Any]]]:
+        """The read of a claim's round: the due jobs of one priority (the highest of its
+        queues and kinds, or a given one), earliest due first, skipping rows others have
+        locked, each one's worker lock tried; and the next priority down. Each part of
+        :data:`~outlast.store.sql.DUE_PARTS` the claim reads is its own range (a pool's
+        claim reads one); and the parameters of each part's condition."""
+        parts: list[str] = []
+        params: list[list[Any]] = []
+        for part, picked in due_parts(kinds):
+            where, args = self._claimable(queues, [Kind(k) for k in picked] or None)
+            parts.append(f"{where} AND {DUE_PARTS[part][1]}")
+            params.append(args)
+        step = [f"(SELECT priority FROM {{jobs}} j WHERE {where}" for where in parts]
+        highest = [f"{x} ORDER BY priority DESC LIMIT 1)" for x in step]
+        lower = [f"{x} AND priority < s.p ORDER BY priority DESC LIMIT 1)" for x in step]
+        reads = [
+            f"c{i} AS (SELECT id, doc, seq, lock_key, {DUE} AS due FROM {{jobs}} j"
+            f" WHERE {where} AND priority = (SELECT p FROM t) AND {DUE} <= ?"
+            f" AND (run_after IS NULL OR run_after <= ?) AND {ROOM} AND id <> ALL(?::text[])"
+            f" ORDER BY {DUE}, id LIMIT ? FOR UPDATE OF j SKIP LOCKED)"
+            for i, where in enumerate(parts)
+        ]
+        union = " UNION ALL ".join(f"SELECT * FROM c{i}" for i in range(len(parts)))
+        query = self.dialect.sql(
+            f"WITH s AS (SELECT COALESCE(?::int, {_greatest(highest)}) AS p),"
+            f" t AS (SELECT p, {_greatest(lower)} AS lower FROM s), {', '.join(reads)},"
+            f" c AS ({union})"
+            f" SELECT c.id, c.doc, c.seq, c.lock_key, {TRY_LOCK_SQL}, pg_backend_pid(), t.lower"
+            " FROM t LEFT JOIN c ON true ORDER BY c.due, c.id"
+        )
+        return query, params
 
     def _locked_rows(
         self, tx: _Tx, rows: list[Row], kept: dict[str, int]

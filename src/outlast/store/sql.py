@@ -338,6 +338,21 @@ _FULL = (
 )
 
 
+def due_indexes(d: Dialect, drop: str) -> list[str]:
+    """The indexes of :data:`DUE_PARTS`, in place of the ``jobs_due`` that held every
+    claimable job (``drop``: its name as ``DROP INDEX`` takes it)."""
+    return [
+        f"DROP INDEX IF EXISTS {drop}",
+        *(
+            d.sql(
+                f"CREATE INDEX IF NOT EXISTS {index} ON {{jobs}} (queue, {CLAIM_ORDER})"
+                f" WHERE {CLAIMABLE} AND {holds}"
+            )
+            for index, holds in DUE_PARTS
+        ),
+    ]
+
+
 def slim_row(d: Dialect, new: JobState, doc: bytes, seq: int) -> tuple[Any, ...]:
     """The parameters of :data:`SLIM_UPDATE` writing ``new`` (its document ``doc``, the
     row's ``seq`` after its events), in that statement's order, the id last."""
@@ -398,6 +413,72 @@ JOB_COLUMNS = (
     "doc",
     "id",
 )
+
+
+#: The claimable jobs, each in one of two partial indexes of one shape (the queue, then
+#: :data:`CLAIM_ORDER`): ``jobs_due`` holds those a pool runs (functions and pipelines),
+#: ``jobs_due_commands`` the command jobs, whose supervisors start them (a command of a full
+#: group waits there, and a delayed one), so that a pool's claim never walks past those.
+#: ``(index, the condition that puts a job in it)``.
+DUE_PARTS = (("jobs_due", "kind <> 'command'"), ("jobs_due_commands", "kind = 'command'"))
+_POOL_KINDS = tuple(sorted(str(k) for k in Kind if k != Kind.COMMAND))
+
+
+def due_parts(kinds: Sequence[Kind] | None) -> list[tuple[int, tuple[str, ...]]]:
+    """The parts of :data:`DUE_PARTS` a read of ``kinds`` (none: every kind) reads, each
+    with the kinds it still has to pick (none: every kind the part holds)."""
+    names = {str(k) for k in kinds or ()} or {str(k) for k in Kind}
+    parts: list[tuple[int, tuple[str, ...]]] = []
+    pools = tuple(sorted(names - {str(Kind.COMMAND)}))
+    if pools:
+        parts.append((0, () if pools == _POOL_KINDS else pools))
+    if str(Kind.COMMAND) in names:
+        parts.append((1, ()))
+    return parts
+
+
+def due_where(d: Dialect, part: int, kinds: int) -> str:
+    """The claimable jobs of one queue in ``part`` (parameters: the queue, then ``kinds``
+    kinds; none, every kind of the part)."""
+    where = f"{CLAIMABLE} AND {DUE_PARTS[part][1]} AND queue = ?"
+    if kinds:
+        where += " AND " + d.one_of("kind", ["?"] * kinds)[0]
+    return where
+
+
+@functools.lru_cache(maxsize=256)
+def due_texts(d: Dialect, part: int, kinds: int) -> tuple[str, str, str, str]:
+    """A claim's reads of one queue (:meth:`SqlStore._due_rows`) in ``part``, each a range of
+    its index (:func:`due_where` says the first parameters): ``SELECT id, doc, seq,
+    priority, due`` of the due jobs of the queue's highest priority, then of a given one
+    (each earliest due first; parameters then: [those again, for the highest | the
+    priority], the range's end, which is the claim's clock plus :data:`SKEW`, the clock, the
+    limit); the queue's highest priority, and the next one below a given one (then: the
+    priority)."""
+    where = due_where(d, part, kinds)
+    using = d.using(DUE_PARTS[part][0])
+    step = f"SELECT priority FROM {{jobs}}{using} WHERE {where}"
+    top = f"{step} ORDER BY priority DESC LIMIT 1"
+
+    def read(level: str) -> str:
+        return (
+            f"SELECT id, doc, seq, priority, {DUE} FROM {{jobs}} j{using} WHERE {where}"
+            f" AND priority = {level} AND {DUE} <= ? AND (run_after IS NULL OR run_after <= ?)"
+            f" AND {ROOM} ORDER BY {DUE}, id LIMIT ?"
+        )
+
+    below = f"{step} AND priority < ? ORDER BY priority DESC LIMIT 1"
+    return read(f"({top})"), read("?"), top, below
+
+
+@functools.lru_cache(maxsize=64)
+def due_query_text(d: Dialect, shapes: tuple[tuple[int, int], ...]) -> str:
+    """The text of :meth:`SqlStore._due_query`: the first range of each read, whose
+    ``(part, kinds)`` are ``shapes``."""
+    texts = [due_texts(d, part, kinds)[0] for part, kinds in shapes]
+    if len(texts) == 1:
+        return d.sql(texts[0])
+    return d.sql(" UNION ALL ".join(f"SELECT *, {i} FROM ({t})" for i, t in enumerate(texts)))
 
 
 @functools.lru_cache(maxsize=64)
@@ -649,22 +730,23 @@ class SqlStore(Store):
     def _stats(self, now: datetime, window: float) -> Stats:
         """Reads whose cost does not grow with the jobs the store keeps: the counts the
         engine keeps by queue, status and kind (:mod:`outlast.store._counts`); the oldest due
-        job per queue that waits for a pool (``jobs_due`` alone); the jobs finished in the
-        window by kind and outcome, and the times of the most recent ``RECENT_MAX`` of them
+        job per queue that waits (the indexes of :data:`DUE_PARTS` alone); the jobs finished
+        in the window by kind and outcome, and the times of the most recent ``RECENT_MAX`` of them
         (``jobs_finished``, no document read)."""
         d = self.dialect
         stats = Stats(at=now, window=window)
         for queue, status, kind, count in self._job_counts():
             stats.jobs[(queue, status, kind)] += int(count)
-        sql = d.sql(
-            f"SELECT queue, min({DUE}) FROM {{jobs}}{d.using('jobs_due')}"
-            f" WHERE {CLAIMABLE} AND {DUE} <= ?"
-            " GROUP BY queue"
-        )
-        for queue, oldest in self._query("stats", sql, (d.time(now),)):
-            oldest_at = _as_time(oldest)
-            if oldest_at is not None:
-                stats.oldest_due[queue] = max(0.0, (now - oldest_at).total_seconds())
+        for index, holds in DUE_PARTS:  # as the live jobs' counts: what the backlog is
+            sql = d.sql(
+                f"SELECT queue, min({DUE}) FROM {{jobs}}{d.using(index)}"
+                f" WHERE {CLAIMABLE} AND {holds} AND {DUE} <= ? GROUP BY queue"
+            )
+            for queue, oldest in self._query("stats", sql, (d.time(now),)):
+                oldest_at = _as_time(oldest)
+                if oldest_at is not None:
+                    since = max(0.0, (now - oldest_at).total_seconds())
+                    stats.oldest_due[queue] = max(stats.oldest_due.get(queue, 0.0), since)
         since = d.time(now - timedelta(seconds=window))
         sql = d.sql(
             "SELECT kind, status, count(*) FROM {jobs} WHERE finished_at >= ? GROUP BY kind, status"
@@ -877,28 +959,6 @@ class SqlStore(Store):
                 params += args
         return " AND ".join(where), params
 
-    def _due_part(
-        self, queue: str, kinds: builtins.list[Kind] | None, priority: int | None
-    ) -> tuple[str, list[Any]]:
-        """``SELECT id, doc, seq, priority, due`` of the due claimable jobs of ``queue`` at
-        ``priority`` (None: the queue's highest that holds a claimable job), earliest due
-        first: one range of ``jobs_due``. Its parameters follow with the range's end (the
-        claim's clock plus :data:`SKEW`), the claim's clock and the limit."""
-        where, args = self._claimable([queue], kinds)
-        using = self.dialect.using("jobs_due")
-        if priority is None:
-            level = f"(SELECT priority FROM {{jobs}}{using} WHERE {where}"
-            level += " ORDER BY priority DESC LIMIT 1)"
-            level_args = args
-        else:
-            level, level_args = "?", [priority]
-        sql = (
-            f"SELECT id, doc, seq, priority, {DUE} FROM {{jobs}} j{using} WHERE {where}"
-            f" AND priority = {level} AND {DUE} <= ? AND (run_after IS NULL OR run_after <= ?)"
-            f" AND {ROOM} ORDER BY {DUE}, id LIMIT ?"
-        )
-        return sql, [*args, *level_args]
-
     def _due_query(
         self,
         queues: builtins.list[str],
@@ -906,16 +966,25 @@ class SqlStore(Store):
         now: datetime,
         limit: int,
     ) -> tuple[str, list[Any]]:
-        """The first read of a claim of ``queues``: the first ``limit`` due jobs of each
-        queue's highest priority (:meth:`_due_part`), rows ``(id, doc, seq, priority, due)``
-        and, with several queues, the queue's place in ``queues``."""
+        """The first read of a claim of ``queues`` and ``kinds``: the first ``limit`` due jobs
+        of the highest priority of each queue in each part it reads (:func:`due_parts`), rows
+        ``(id, doc, seq, priority, due)`` and, with several reads, the read's place in
+        :meth:`_due_reads`."""
         ends = [self.dialect.time(now + SKEW), self.dialect.time(now), limit]
-        parts, params = [], []
-        for i, queue in enumerate(queues):
-            sql, args = self._due_part(queue, kinds, None)
-            parts.append(sql if len(queues) == 1 else f"SELECT *, {i} FROM ({sql})")
-            params += [*args, *ends]
-        return self.dialect.sql(" UNION ALL ".join(parts)), params
+        params: list[Any] = []
+        shapes = []
+        for queue, part, picked in self._due_reads(queues, kinds):
+            params += [queue, *picked, queue, *picked, *ends]
+            shapes.append((part, len(picked)))
+        return due_query_text(self.dialect, tuple(shapes)), params
+
+    @staticmethod
+    def _due_reads(
+        queues: builtins.list[str], kinds: builtins.list[Kind] | None
+    ) -> builtins.list[tuple[str, int, tuple[str, ...]]]:
+        """``(queue, part, kinds picked)`` of each read of a claim."""
+        parts = due_parts(kinds)
+        return [(queue, part, picked) for queue in queues for part, picked in parts]
 
     def _due_rows(
         self,
@@ -934,41 +1003,45 @@ class SqlStore(Store):
         each job walked every job of the queue waiting behind the last due one: with
         100,000 delayed jobs, 56 ms per claim on SQLite and 246 ms on PostgreSQL, each
         time the due jobs ran short (and a claim of several queues sorted them all, 134 ms
-        with 100,000 waiting: BENCHMARKS.md, issue #18).
+        with 100,000 waiting: BENCHMARKS.md, issue #18). A pool's claim reads no command
+        job (:data:`DUE_PARTS`).
         """
         if not queues:  # every queue (an empty list too, as a filter of none)
-            queues = self._claimable_queues()
+            queues = self._claimable_queues(kinds)
             if not queues:
                 return []
-        found: dict[int, builtins.list[Row]] = {}
-        for row in read(*self._due_query(queues, kinds, now, limit)):
-            found.setdefault(row[5] if len(queues) > 1 else 0, []).append(row[:5])
+        reads = self._due_reads(queues, kinds)
+        found = read(*self._due_query(queues, kinds, now, limit))
+        if len(reads) == 1:  # a pool's claim of one queue
+            if len(found) < limit:  # the highest priority ran short: the ones below
+                found = self._due_below(read, reads[0], now, limit, found)
+            return [r[:3] for r in found]
+        by_read: dict[int, builtins.list[Row]] = {}
+        for row in found:
+            by_read.setdefault(row[5], []).append(row)
         rows: builtins.list[Row] = []
-        for i, queue in enumerate(queues):
-            got = found.get(i, [])
-            if len(got) < limit:  # the queue's highest priority ran short: the ones below
-                got = self._due_below(read, queue, kinds, now, limit, got)
+        for i, one in enumerate(reads):
+            got = by_read.get(i, [])
+            if len(got) < limit:
+                got = self._due_below(read, one, now, limit, got)
             rows += got
-        if len(rows) > len(found.get(0, ())):
-            rows.sort(key=lambda r: (-r[3], r[4], r[0]))
+        rows.sort(key=lambda r: (-r[3], r[4], r[0]))
         return [r[:3] for r in rows[:limit]]
 
     def _due_below(
         self,
         read: Callable[[str, Sequence[Any]], builtins.list[Row]],
-        queue: str,
-        kinds: builtins.list[Kind] | None,
+        one: tuple[str, int, tuple[str, ...]],
         now: datetime,
         limit: int,
         got: builtins.list[Row],
     ) -> builtins.list[Row]:
-        """``got`` (all of the due jobs of one priority of ``queue``, the highest; or none)
-        and the due jobs of the priorities below it, a range each, until ``limit``."""
+        """``got`` (all of the due jobs of the highest priority of one read, or none) and the
+        due jobs of the priorities below it, a range each, until ``limit``."""
         d = self.dialect
-        where, args = self._claimable([queue], kinds)
-        step = f"SELECT priority FROM {{jobs}}{d.using('jobs_due')} WHERE {where}"
-        top = d.sql(f"{step} ORDER BY priority DESC LIMIT 1")
-        below = d.sql(f"{step} AND priority < ? ORDER BY priority DESC LIMIT 1")
+        queue, part, picked = one
+        _, at, top, below = (d.sql(text) for text in due_texts(d, part, len(picked)))
+        args = [queue, *picked]
         ends = [d.time(now + SKEW), d.time(now)]
         got = list(got)
         if got:
@@ -983,27 +1056,31 @@ class SqlStore(Store):
             if not levels:
                 break
             level = levels[0][0]
-            sql, params = self._due_part(queue, kinds, level)
-            got += read(d.sql(sql), [*params, *ends, limit - len(got)])
+            got += read(at, [*args, level, *ends, limit - len(got)])
         return got
 
-    def _loose_scan(self, column: str, first: str, where: str) -> str:
+    def _loose_scan(self, column: str, first: str, where: str, index: str) -> str:
         """A recursive query ``p(v)`` of the distinct values of ``column`` among the rows of
-        ``jobs_due`` where ``where`` holds, one index step each (and a last NULL): ``first``
+        ``index`` where ``where`` holds, one index step each (and a last NULL): ``first``
         ``"min"`` walks them up, ``"max"`` down."""
         beyond = ">" if first == "min" else "<"
-        step = f"SELECT {first}({column}) FROM {{jobs}}{self.dialect.using('jobs_due')}"
+        step = f"SELECT {first}({column}) FROM {{jobs}}{self.dialect.using(index)}"
         return (
             f"WITH RECURSIVE p(v) AS (SELECT ({step} WHERE {where}) UNION ALL"
             f" SELECT ({step} WHERE {where} AND {column} {beyond} p.v)"
             " FROM p WHERE p.v IS NOT NULL)"
         )
 
-    def _claimable_queues(self) -> builtins.list[str]:
-        """The queues that hold a claimable job: one step of ``jobs_due`` per queue."""
-        scan = self._loose_scan("queue", "min", CLAIMABLE)
-        sql = self.dialect.sql(f"{scan} SELECT v FROM p WHERE v IS NOT NULL")
-        return [row[0] for row in self._query("claimable queues", sql, ())]
+    def _claimable_queues(self, kinds: builtins.list[Kind] | None = None) -> builtins.list[str]:
+        """The queues that hold a claimable job of ``kinds``: one index step per queue (in
+        each part of :data:`DUE_PARTS` it reads)."""
+        queues: set[str] = set()
+        for part, _ in due_parts(kinds):
+            index, holds = DUE_PARTS[part]
+            scan = self._loose_scan("queue", "min", f"{CLAIMABLE} AND {holds}", index)
+            sql = self.dialect.sql(f"{scan} SELECT v FROM p WHERE v IS NOT NULL")
+            queues.update(row[0] for row in self._query("claimable queues", sql, ()))
+        return sorted(queues)
 
     def _next_due(
         self, queues: builtins.list[str] | None, kinds: builtins.list[Kind] | None
@@ -1013,19 +1090,21 @@ class SqlStore(Store):
         claimable jobs (67 ms on SQLite, 297 ms on PostgreSQL with 100,000 delayed jobs
         waiting, after every claim that took all there was; BENCHMARKS.md, issue #18)."""
         if not queues:  # every queue (an empty list too, as a filter of none)
-            queues = self._claimable_queues()
-        using = self.dialect.using("jobs_due")
-        priorities = self._loose_scan("priority", "max", f"{CLAIMABLE} AND queue = ?")
+            queues = self._claimable_queues(kinds)
         best: tuple[Any, Any] | None = None  # (due, run_after) of the earliest
-        for queue in queues:
-            where, args = self._claimable([queue], kinds)
+        for queue, part, picked in self._due_reads(queues, kinds):
+            index, holds = DUE_PARTS[part]
+            using = self.dialect.using(index)
+            where = due_where(self.dialect, part, len(picked))
+            held = f"{CLAIMABLE} AND {holds} AND queue = ?"
+            scan = self._loose_scan("priority", "max", held, index)
             sql = self.dialect.sql(
-                f"{priorities}, f(id) AS (SELECT (SELECT id FROM {{jobs}} j{using} WHERE {where}"
+                f"{scan}, f(id) AS (SELECT (SELECT id FROM {{jobs}} j{using} WHERE {where}"
                 f" AND priority = p.v AND {ROOM} ORDER BY {CLAIM_ORDER} LIMIT 1)"
                 " FROM p WHERE p.v IS NOT NULL)"
                 f" SELECT {DUE}, run_after FROM {{jobs}} JOIN f USING (id) ORDER BY 1 LIMIT 1"
             )
-            for due, run_after in self._query("next due", sql, (queue, queue, *args)):
+            for due, run_after in self._query("next due", sql, (queue, queue, queue, *picked)):
                 if best is None or self._time_of(due) < self._time_of(best[0]):
                     best = (due, run_after)
         if best is None:

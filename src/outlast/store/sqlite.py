@@ -15,7 +15,8 @@ What is SQLite's own here (the statements and the verbs are :mod:`outlast.store.
   ``<db>.d/pulse`` (see :mod:`outlast.store.notify`), written after the commit.
 
 Indexes: ``jobs_due (queue, priority DESC, COALESCE(run_after, created_at), id)`` of the
-claimable jobs for claims, ``jobs_created`` and ``jobs_status_created`` for listings,
+claimable jobs a pool runs, for claims (and ``jobs_due_commands``, the same of the claimable
+command jobs), ``jobs_created`` and ``jobs_status_created`` for listings,
 ``jobs_name`` for the name search, ``jobs_live`` (the jobs a worker holds) for the
 maintainer, ``labels_kv`` for label filters, ``jobs_finished`` and ``jobs_expires`` for
 retention, ``schedules_next`` for the schedules due. ``PRAGMA user_version`` is the schema version.
@@ -49,6 +50,7 @@ from outlast.store.sql import (
     SqlStore,
     StateCache,
     Write,
+    due_indexes,
     fill_name_keys,
     flow_columns,
     name_index,
@@ -131,6 +133,9 @@ MIGRATIONS: tuple[tuple[str | Step, ...], ...] = (
         "CREATE INDEX jobs_finished ON jobs (finished_at, status, created_at, started_at, kind)"
         " WHERE finished_at IS NOT NULL",
     ),
+    # the claimable jobs split by who starts them: a pool's claim read past every command
+    # job of its queue that waits (for a group's slot, for its time) to find its own kinds
+    tuple(due_indexes(DIALECT, "jobs_due")),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
