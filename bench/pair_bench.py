@@ -26,10 +26,10 @@ install's path comes after it) and compiles it first.
   ``outlast worker -c 2 --burst`` drains them: jobs/s between the first job's first line and
   the last job's return (the jobs' own clocks: no polling), and the worker's wall time
   (start-up included).
-- ``claim``: in one process, ``--jobs`` times (after 20 unmeasured): create a job, then time
-  ``store.claim(limit=L)`` (``--limit``, default 1) with a pool's journal (the job then
-  succeeds and its lock goes): the p50 and p10 of the claim call in ms, the store's own part
-  of submit→start.
+- ``claim``: in one process, ``--jobs`` times (after 20 unmeasured): create a function job,
+  then time ``store.claim(limit=L)`` (``--limit``, default 1) of a pool's kinds, with a pool's
+  journal (the job then succeeds and its lock goes): the p50 and p10 of the claim call in ms,
+  the store's own part of submit→start.
 
 ``--waiting N`` queues N jobs before ``latency`` or ``claim`` (PostgreSQL's table then
 analyzed): function jobs delayed by a day (``--waiting-kind function``, the default), or due
@@ -141,14 +141,16 @@ print(json.dumps([(n - 1) / (last - first), wall]))
 CLAIM = """
 import json, os, statistics, sys, time
 import outlast
+from outlast.model import Kind
 store = outlast.open_store(os.environ["OUTLAST_STORE"])
 n, limit = int(sys.argv[1]), int(sys.argv[2])
 journal = store.journal("pair", "claim")
 took = []
+pools = [Kind.FUNCTION, Kind.PIPELINE]  # what a pool claims
 for _ in range(n + 20):
-    store.create(name="c")
+    store.create(name="c", kind=Kind.FUNCTION)
     t = time.perf_counter()
-    [task] = store.claim(limit=limit, journal=journal)
+    [task] = store.claim(limit=limit, kinds=pools, journal=journal)
     took.append(time.perf_counter() - t)
     task.succeed(None)
     task.release_worker_lock()

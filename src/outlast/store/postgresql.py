@@ -700,18 +700,19 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         step = [f"(SELECT priority FROM {{jobs}} j WHERE {where}" for where in parts]
         highest = [f"{x} ORDER BY priority DESC LIMIT 1)" for x in step]
         lower = [f"{x} AND priority < s.p ORDER BY priority DESC LIMIT 1)" for x in step]
+        names = ["c"] if len(parts) == 1 else [f"c{i}" for i in range(len(parts))]
         reads = [
-            f"c{i} AS (SELECT id, doc, seq, lock_key, {DUE} AS due FROM {{jobs}} j"
+            f"{names[i]} AS (SELECT id, doc, seq, lock_key, {DUE} AS due FROM {{jobs}} j"
             f" WHERE {where} AND priority = (SELECT p FROM t) AND {DUE} <= ?"
             f" AND (run_after IS NULL OR run_after <= ?) AND {ROOM} AND id <> ALL(?::text[])"
             f" ORDER BY {DUE}, id LIMIT ? FOR UPDATE OF j SKIP LOCKED)"
             for i, where in enumerate(parts)
         ]
-        union = " UNION ALL ".join(f"SELECT * FROM c{i}" for i in range(len(parts)))
+        if len(parts) > 1:  # a claim of every kind
+            reads.append(f"c AS ({' UNION ALL '.join(f'SELECT * FROM {n}' for n in names)})")
         query = self.dialect.sql(
             f"WITH s AS (SELECT COALESCE(?::int, {_greatest(highest)}) AS p),"
-            f" t AS (SELECT p, {_greatest(lower)} AS lower FROM s), {', '.join(reads)},"
-            f" c AS ({union})"
+            f" t AS (SELECT p, {_greatest(lower)} AS lower FROM s), {', '.join(reads)}"
             f" SELECT c.id, c.doc, c.seq, c.lock_key, {TRY_LOCK_SQL}, pg_backend_pid(), t.lower"
             " FROM t LEFT JOIN c ON true ORDER BY c.due, c.id"
         )
