@@ -88,10 +88,10 @@ from outlast.store.sql import (
     CLAIMABLE,
     DUE,
     DUE_PARTS,
+    DUE_RANGE,
     EVENT_INSERT,
     LIVE,
     LIVE_STATUSES,
-    ROOM,
     SKEW,
     SLIM_UPDATE,
     Dialect,
@@ -104,6 +104,7 @@ from outlast.store.sql import (
     fill_name_keys,
     flow_columns,
     name_index,
+    priority_probe,
     search_columns,
     tables,
     time_tables,
@@ -697,15 +698,13 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             where, args = self._claimable(queues, [Kind(k) for k in picked] or None)
             parts.append(f"{where} AND {DUE_PARTS[part][1]}")
             params.append(args)
-        step = [f"(SELECT priority FROM {{jobs}} j WHERE {where}" for where in parts]
-        highest = [f"{x} ORDER BY priority DESC LIMIT 1)" for x in step]
-        lower = [f"{x} AND priority < s.p ORDER BY priority DESC LIMIT 1)" for x in step]
+        highest = [f"({priority_probe('{jobs}', where)})" for where in parts]
+        lower = [f"({priority_probe('{jobs}', where, 's.p')})" for where in parts]
         names = ["c"] if len(parts) == 1 else [f"c{i}" for i in range(len(parts))]
         reads = [
             f"{names[i]} AS (SELECT id, doc, seq, lock_key, {DUE} AS due FROM {{jobs}} j"
-            f" WHERE {where} AND priority = (SELECT p FROM t) AND {DUE} <= ?"
-            f" AND (run_after IS NULL OR run_after <= ?) AND {ROOM} AND id <> ALL(?::text[])"
-            f" ORDER BY {DUE}, id LIMIT ? FOR UPDATE OF j SKIP LOCKED)"
+            f" WHERE {where} AND priority = (SELECT p FROM t) AND {DUE_RANGE}"
+            f" AND id <> ALL(?::text[]) ORDER BY {DUE}, id LIMIT ? FOR UPDATE OF j SKIP LOCKED)"
             for i, where in enumerate(parts)
         ]
         if len(parts) > 1:  # a claim of every kind

@@ -437,6 +437,18 @@ def due_parts(kinds: Sequence[Kind] | None) -> list[tuple[int, tuple[str, ...]]]
     return parts
 
 
+#: The due jobs of a priority's range (parameters: its end, the claim's clock plus
+#: :data:`SKEW`, then the clock): each checked exactly, and for room (``j`` is the job's row).
+DUE_RANGE = f"{DUE} <= ? AND (run_after IS NULL OR run_after <= ?) AND {ROOM}"
+
+
+def priority_probe(source: str, where: str, below: str = "") -> str:
+    """The highest priority among the rows of ``source`` (``{jobs}``, with its index) where
+    ``where`` holds, or the highest one under ``below``."""
+    under = f" AND priority < {below}" if below else ""
+    return f"SELECT priority FROM {source} WHERE {where}{under} ORDER BY priority DESC LIMIT 1"
+
+
 def due_where(d: Dialect, part: int, kinds: int) -> str:
     """The claimable jobs of one queue in ``part`` (parameters: the queue, then ``kinds``
     kinds; none, every kind of the part)."""
@@ -457,18 +469,15 @@ def due_texts(d: Dialect, part: int, kinds: int) -> tuple[str, str, str, str]:
     priority)."""
     where = due_where(d, part, kinds)
     using = d.using(DUE_PARTS[part][0])
-    step = f"SELECT priority FROM {{jobs}}{using} WHERE {where}"
-    top = f"{step} ORDER BY priority DESC LIMIT 1"
+    top = priority_probe(f"{{jobs}}{using}", where)
 
     def read(level: str) -> str:
         return (
             f"SELECT id, doc, seq, priority, {DUE} FROM {{jobs}} j{using} WHERE {where}"
-            f" AND priority = {level} AND {DUE} <= ? AND (run_after IS NULL OR run_after <= ?)"
-            f" AND {ROOM} ORDER BY {DUE}, id LIMIT ?"
+            f" AND priority = {level} AND {DUE_RANGE} ORDER BY {DUE}, id LIMIT ?"
         )
 
-    below = f"{step} AND priority < ? ORDER BY priority DESC LIMIT 1"
-    return read(f"({top})"), read("?"), top, below
+    return read(f"({top})"), read("?"), top, priority_probe(f"{{jobs}}{using}", where, "?")
 
 
 @functools.lru_cache(maxsize=64)
@@ -1091,31 +1100,26 @@ class SqlStore(Store):
         waiting, after every claim that took all there was; BENCHMARKS.md, issue #18)."""
         if not queues:  # every queue (an empty list too, as a filter of none)
             queues = self._claimable_queues(kinds)
-        best: tuple[Any, Any] | None = None  # (due, run_after) of the earliest
+        d = self.dialect
+        best: tuple[datetime, datetime | None] | None = None  # (due, run_after), earliest
         for queue, part, picked in self._due_reads(queues, kinds):
-            index, holds = DUE_PARTS[part]
-            using = self.dialect.using(index)
-            where = due_where(self.dialect, part, len(picked))
-            held = f"{CLAIMABLE} AND {holds} AND queue = ?"
-            scan = self._loose_scan("priority", "max", held, index)
-            sql = self.dialect.sql(
-                f"{scan}, f(id) AS (SELECT (SELECT id FROM {{jobs}} j{using} WHERE {where}"
-                f" AND priority = p.v AND {ROOM} ORDER BY {CLAIM_ORDER} LIMIT 1)"
-                " FROM p WHERE p.v IS NOT NULL)"
+            index = DUE_PARTS[part][0]
+            scan = self._loose_scan("priority", "max", due_where(d, part, 0), index)
+            sql = d.sql(
+                f"{scan}, f(id) AS (SELECT (SELECT id FROM {{jobs}} j{d.using(index)}"
+                f" WHERE {due_where(d, part, len(picked))} AND priority = p.v AND {ROOM}"
+                f" ORDER BY {CLAIM_ORDER} LIMIT 1) FROM p WHERE p.v IS NOT NULL)"
                 f" SELECT {DUE}, run_after FROM {{jobs}} JOIN f USING (id) ORDER BY 1 LIMIT 1"
             )
             for due, run_after in self._query("next due", sql, (queue, queue, queue, *picked)):
-                if best is None or self._time_of(due) < self._time_of(best[0]):
-                    best = (due, run_after)
+                at = _as_time(due)
+                if at is not None and (best is None or at < best[0]):
+                    best = (at, _as_time(run_after))
         if best is None:
             return None
         if best[1] is None:  # due already, unless made by a clock far ahead (see SKEW)
-            return max(utcnow(), self._time_of(best[0]) - SKEW)
-        return self._time_of(best[1])
-
-    @staticmethod
-    def _time_of(value: Any) -> datetime:
-        return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+            return max(utcnow(), best[0] - SKEW)
+        return best[1]
 
     def _starts(
         self,
