@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         job,
         run_command,
         schedule,
+        set_slots,
         spawn,
         submit,
         use_store,
@@ -66,7 +67,9 @@ _LAZY = {
     "outlast.pipeline": "Pipeline Stage poll",
     "outlast.store": "Reporter Store Task open_store",
     "outlast.run.registry": "JobSpec",
-    "outlast.run.api": "Job Options aspawn asubmit job run_command schedule spawn submit use_store",
+    "outlast.run.api": (
+        "Job Options aspawn asubmit job run_command schedule set_slots spawn submit use_store"
+    ),
     "outlast.run.bulk": "submit_many",
     "outlast.run.context": "JobContext current",
 }
@@ -133,6 +136,7 @@ __all__ = [
     "poll",
     "run_command",
     "schedule",
+    "set_slots",
     "spawn",
     "submit",
     "submit_many",

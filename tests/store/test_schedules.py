@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from outlast import cron
-from outlast.errors import InvalidJobId, ScheduleExists, ScheduleNotFound
+from outlast.errors import InvalidInput, InvalidJobId, ScheduleExists, ScheduleNotFound
 from outlast.model import Kind, Status
 from outlast.store import Store
 from tests.store import procs
@@ -175,7 +175,41 @@ def test_unclaimed_lists_command_and_spawned_jobs_nobody_took(store: Store) -> N
     store.create(kind="function", name="f", queue="default")  # a pool's to claim
     taken = store.create(command=["true"])
     taken.start()
+    store.create(command=["true"], limit_key="g")  # parked: its key's, see below
     assert {s.id for s in store.unclaimed()} == {due, later, spawned}
+
+
+def test_parked_lists_a_keys_waiting_jobs_in_claim_order_as_many_as_it_has_free_slots(
+    store: Store,
+) -> None:
+    """What the workers of a key's parked command and spawned jobs are started for."""
+    now = datetime.now(UTC)
+
+    def command(**kw: object) -> str:
+        return store.create(command=["true"], limit_key="g", **kw).id  # type: ignore[arg-type]
+
+    first, second = command(), command()
+    urgent = command(priority=5)
+    command(run_after=now + timedelta(hours=1))  # not due
+    held = store.open(command())
+    held.hold_worker_lock()  # a worker is on its way to take it: skipped
+    spawned = store.create(kind="function", name="f", queue="@dedicated", limit_key="g").id
+    store.create(kind="function", name="f", limit_key="g")  # a pool's to claim
+    store.create(command=["true"], limit_key="other")
+    assert store.parked_keys() == ["g", "other"]
+    assert [s.id for s in store.parked("g")] == [urgent]  # no slots set: the job's limit, 1
+    store.set_slots("g", 4)
+    assert [s.id for s in store.parked("g")] == [urgent, first, second, spawned]
+    running = store.open(urgent)
+    running.hold_worker_lock()
+    assert running.start()
+    assert [s.id for s in store.parked("g")] == [first, second, spawned]  # 3 slots free
+    store.set_slots("g", 1)
+    assert store.parked("g") == []  # full
+    assert len(store.parked("other")) == 1
+    assert store.parked("nobody") == []
+    with pytest.raises(InvalidInput):
+        store.parked("")
 
 
 def test_the_change_watch_is_quiet_while_nothing_changes(store: Store) -> None:

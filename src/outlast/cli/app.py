@@ -1497,8 +1497,10 @@ def group_set(name: str, slots: int | None, unset: bool, store_url: str | None) 
     """Set how many jobs of the group (or limit key) NAME run at once."""
     if (slots is None) == (not unset):
         raise click.UsageError("give --slots N or --unset")
+    from outlast.run.api import set_slots
+
     with _open(store_url, create=True) as store:
-        store.set_slots(name, None if unset else slots)
+        set_slots(name, None if unset else slots, store)
     click.echo(f"{name}: {'slots unset' if unset else f'{slots} slot(s)'}")
 
 

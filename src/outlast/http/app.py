@@ -399,7 +399,7 @@ def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
     )
     def set_group(name: Annotated[str, FastPath(max_length=200)], body: SetSlots) -> Response:
         """Set (or, with null, unset) how many jobs of the key run at once."""
-        store.set_slots(name, body.slots)
+        api.set_slots(name, body.slots, store)
         slots, running = store.slots().get(name, (body.slots, 0))
         return JSONResponse({"name": name, "slots": slots, "running": running})
 

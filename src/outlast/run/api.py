@@ -551,9 +551,23 @@ def spawn_job(
         limit_key=limit_key,
         limit=limit,
     )
-    if not task.existing:  # a live job that holds the unique key has its worker
+    keyed = limit_key is not None or spec.limit_key is not None
+    if not task.existing and not (keyed and _parked(store, task)):  # a live one has its worker
         _start(task, lambda: spawner.spawn_dedicated(store, task.id))
     return task
+
+
+def _parked(store: Store, task: Task) -> bool:
+    """Whether a new command or spawned job waits parked: its concurrency key is full (or
+    others of it come first), so no worker is started for it now; whoever frees a slot of
+    the key starts one (``outlast.run.reap.start_parked``). A delayed job's worker is
+    started at once, to wait for its time."""
+    state = task.state()
+    if state.limit_key is None or state.run_after is not None:
+        return False
+    from outlast.run import reap
+
+    return not reap.its_turn(store, task.id, state.limit_key)
 
 
 def run_command(
@@ -578,8 +592,9 @@ def run_command(
     """Run ``argv`` as a detached command job and return its task at once.
 
     ``group``: a pueue-style group (a concurrency key): the job waits ``pending`` while the
-    group's slots (``outlast group set NAME --slots N``; 1 by default) are all taken, and its
-    supervisor starts it when one frees.
+    group's slots (``outlast group set NAME --slots N``; 1 by default) are all taken,
+    *parked*, with no process of its own; when a job of the group ends, its worker starts
+    the supervisor of the next one in claim order (highest priority, then the oldest).
 
     ``delay`` (seconds, ``"15m"``) or ``at`` (an aware time, ISO 8601 text): the
     supervisor starts now and waits for that time (a time already past runs now).
@@ -636,10 +651,23 @@ def run_command(
 
     def start() -> None:
         spawner.adopt_context(store, written, task.id)
-        spawner.spawn_supervisor(store, task.id)
+        if group is None or not _parked(store, task):
+            spawner.spawn_supervisor(store, task.id)
 
     _start(task, start)
     return task
+
+
+def set_slots(key: str, slots: int | None, store: Store | None = None) -> None:
+    """Set how many jobs of the concurrency ``key`` may run at once (None: unset; see
+    :meth:`Store.set_slots`), then start the workers of the key's parked command and spawned
+    jobs that have a slot now (``outlast group set``, ``PUT /groups/{name}``). Pools claim
+    the key's function jobs at their next claim."""
+    from outlast.run import reap
+
+    store = store or default_store()
+    store.set_slots(key, slots)
+    reap.start_parked(store, key)
 
 
 def _start(task: Task, start: Callable[[], Any]) -> None:
@@ -676,14 +704,17 @@ def retry(job_ids: Sequence[str], store: Store | None = None) -> list[Task]:
         if state.kind == Kind.COMMAND:
             task = store.open(state.id)
 
-            def start(state_id: str = state.id) -> None:
+            def start(state_id: str = state.id, keyed: bool = state.limit_key is not None) -> None:
                 written = spawner.write_context(store, os.getcwd(), dict(os.environ))
                 spawner.adopt_context(store, written, state_id)
-                spawner.spawn_supervisor(store, state_id)
+                if not (keyed and _parked(store, store.open(state_id))):
+                    spawner.spawn_supervisor(store, state_id)
 
             _start(task, start)
         elif state.queue == DEDICATED:
-            _start(store.open(state.id), partial(spawner.spawn_dedicated, store, state.id))
+            task = store.open(state.id)
+            if not (state.limit_key is not None and _parked(store, task)):
+                _start(task, partial(spawner.spawn_dedicated, store, state.id))
     return [store.open(state.id) for state in made]
 
 

@@ -2,7 +2,10 @@
 
 It holds the job's worker lock for its whole life, runs each attempt in-process, and waits out
 a delay and the retry backoff itself (the job stays bound to it meanwhile, so its death is seen
-as abandonment). Run as ``python -m outlast.run.dedicated STORE_URL JOB_ID``.
+as abandonment). A job whose concurrency key is full is parked: this process lets it go and
+exits, and whoever frees a slot of the key starts a worker for the next parked job
+(``outlast.run.reap.start_parked``); each attempt's end here is such a place. Run as
+``python -m outlast.run.dedicated STORE_URL JOB_ID``.
 
 A job with a ``timeout``: at its deadline the attempt fails with code ``timeout``, what the
 job started gets SIGTERM and, after the grace period, SIGKILL (this process is their child
@@ -29,11 +32,11 @@ from functools import partial
 
 from outlast.errors import OutlastError, WorkerLockHeld
 from outlast.model import ErrorCode, ErrorInfo, JobState, Status
-from outlast.run import context, procs
+from outlast.run import context, procs, reap
 from outlast.run.capture import Capture
 from outlast.run.execute import execute
 from outlast.run.presence import present
-from outlast.store import Store, Task, open_store, start_when_free, wait_until_due
+from outlast.store import Store, Task, open_store, wait_until_due
 
 #: Seconds between SIGTERM and SIGKILL of what a timed-out job started, unless it says.
 DEFAULT_GRACE = 10.0
@@ -59,8 +62,8 @@ def _run(store: Store, task: Task, job_id: str) -> None:
     capture = None if store.capabilities.local_logs else Capture()
     while True:
         state = wait_until_due(store, job_id)
-        if state is None or not start_when_free(store, task, state):
-            return
+        if state is None or not reap.start_or_park(store, task, state):
+            return  # not pending any more, or parked: its key is full
         assert task.attempt is not None
         done = threading.Event()
         watcher = threading.Thread(
@@ -86,6 +89,7 @@ def _run(store: Store, task: Task, job_id: str) -> None:
         finally:
             done.set()
         watcher.join()  # a canceled job's leftovers are stopped before this process ends
+        _hand_off(store, state)  # the slot this attempt held
         if store.get(job_id).status != Status.PENDING:
             return
 
@@ -116,6 +120,7 @@ def _stop_if_canceled(store: Store, state: JobState, done: threading.Event) -> N
     if not done.is_set():
         print(f"outlast worker: job {state.id} ignored its cancel for {grace:g} s: stopped")
         sys.stdout.flush()
+        _hand_off(store, state)
         os._exit(0)
 
 
@@ -147,7 +152,14 @@ def _deadline(store: Store, state: JobState, attempt: int, done: threading.Event
             spawn_dedicated(store, state.id)
         except OSError as exc:  # the maintainer restarts it (a stray)
             print(f"outlast worker: cannot start the retry of {state.id}: {exc}", flush=True)
+    _hand_off(store, state)
     os._exit(0)
+
+
+def _hand_off(store: Store, state: JobState) -> None:
+    """The attempt is over: start the worker of the next parked job of the job's key."""
+    if state.limit_key is not None:
+        reap.start_parked(store, state.limit_key)
 
 
 def _stop(state: JobState, stopped: Callable[[], bool]) -> float:

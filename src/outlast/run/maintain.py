@@ -28,9 +28,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import datetime
 
 from outlast import config
-from outlast.model import utcnow
+from outlast.model import JobState, utcnow
 from outlast.run import reap, schedules
 from outlast.store import ChangeWatch, MaintenanceLock, Store
 
@@ -46,6 +47,8 @@ STRAYS_EVERY = 5.0
 #: at once while there are more).
 PRUNE_EVERY = 60.0
 PRUNE_BATCH = 500
+#: Workers of jobs nobody took started at most per pass: the rest wait a sweep.
+RESTART_BATCH = 16
 
 
 class Maintainer:
@@ -181,33 +184,68 @@ class Maintainer:
 
     def _restart_strays(self) -> bool:
         """Start the worker of each command or spawned job that nobody took a while after
-        its time (:data:`reap.STRANDED_AFTER`); note when the next one would be such."""
+        its time (:data:`reap.STRANDED_AFTER`), and of the parked jobs of each key with a
+        free slot (a key shared with pools' jobs frees its slots without anyone handing them
+        on), at most :data:`RESTART_BATCH` per pass: the rest a sweep later, so a store
+        restored with thousands of queued commands is not thousands of processes started
+        at once. Note when to look again."""
         try:
             waiting = self.store.unclaimed()
+            keys = self.store.parked_keys()
         except Exception as exc:
             log.warning("maintenance: cannot look for jobs nobody took: %s", exc)
             self._strays_at = time.monotonic() + STRAYS_EVERY
             return False
-        now, later = utcnow(), []
-        for state in waiting:
-            since = max(state.updated_at, state.run_after or state.updated_at)
-            overdue = (now - since).total_seconds() - reap.STRANDED_AFTER
-            if overdue <= 0:
-                later.append(-overdue)
-                continue
-            if self.store.worker_holds(state.id):  # waiting for a slot of its key
-                later.append(STRAYS_EVERY)
-                continue
-            try:
-                after = reap.reconcile(self.store, state)
-            except Exception as exc:
-                log.warning("maintenance: cannot restart job %s: %s", state.id, exc)
-                later.append(STRAYS_EVERY)
-                continue
-            if after is not state:
-                self.strays += 1
+        now, later = utcnow(), list[float]()
+        started = self._restart_unkeyed(waiting, now, later)
+        for key in keys:
+            if started >= RESTART_BATCH:
+                later.append(self.every)
+                break
+            started += self._start_parked(key, now, later, RESTART_BATCH - started)
+        self.strays += started
         self._strays_at = time.monotonic() + min(later) + 0.05 if later else None
         return True
+
+    def _restart_unkeyed(self, waiting: list[JobState], now: datetime, later: list[float]) -> int:
+        """Restart the workers of the strays of ``waiting``; returns how many were started,
+        and adds to ``later`` when to look again at the others."""
+        started = 0
+        for state in waiting:
+            wait = _stray_in(state, now)
+            if wait >= 0:
+                later.append(wait)
+            elif started >= RESTART_BATCH:
+                later.append(self.every)
+            elif self.store.worker_holds(state.id):  # a dedicated worker waiting its time
+                later.append(STRAYS_EVERY)
+            else:
+                try:
+                    started += reap.start_worker(self.store, state)
+                except Exception as exc:
+                    log.warning("maintenance: cannot restart job %s: %s", state.id, exc)
+                    later.append(STRAYS_EVERY)
+        return started
+
+    def _start_parked(self, key: str, now: datetime, later: list[float], most: int) -> int:
+        """Start the workers of up to ``most`` of the parked jobs of ``key`` that may start
+        now (none while it is full); returns how many."""
+        try:
+            parked = self.store.parked(key)
+        except Exception as exc:
+            log.warning("maintenance: cannot look for the parked jobs of %s: %s", key, exc)
+            later.append(STRAYS_EVERY)
+            return 0
+        started = 0
+        for state in parked:
+            wait = _stray_in(state, now)
+            if wait >= 0:  # its worker was started a moment ago, and is on its way
+                later.append(wait)
+            elif started >= most:
+                later.append(self.every)
+            elif reap.start_worker(self.store, state):
+                started += 1
+        return started
 
     def _prune(self) -> bool:
         """Remove what retention says is due, a batch at a time."""
@@ -241,6 +279,14 @@ class Maintainer:
                 self.reconciled += 1
         self.sweeps += 1
         return ok
+
+
+def _stray_in(state: JobState, now: datetime) -> float:
+    """Seconds until a job nobody took counts as a stray (:data:`reap.STRANDED_AFTER` after
+    its last change or its time: before that, a worker started for it may be on its way);
+    below zero once it does."""
+    since = max(state.updated_at, state.run_after or state.updated_at)
+    return reap.STRANDED_AFTER - float((now - since).total_seconds())
 
 
 def run_maintainer(url: str | None, imports: list[str]) -> None:

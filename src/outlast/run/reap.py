@@ -10,12 +10,14 @@ a command job whose supervisor died before taking it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from functools import partial
 
+from outlast.errors import OutlastError, WorkerLockHeld
 from outlast.ids import DEDICATED
 from outlast.model import ErrorInfo, JobState, Kind, ProgressEvent, Status, utcnow
-from outlast.store import Store, use_reconciler, worker_name
+from outlast.store import Store, Task, use_reconciler, worker_name
 from outlast.store import follow as store_follow
 
 log = logging.getLogger("outlast.reap")
@@ -33,8 +35,12 @@ STRANDED_AFTER = 5.0
 
 def reconcile(store: Store, state: JobState) -> JobState:
     """Return the job's true state, reconciling it first if its worker is gone (or, for a
-    command or spawned job, never took it: see :data:`STRANDED_AFTER`)."""
+    command or spawned job, never took it: see :data:`STRANDED_AFTER`; one of a concurrency
+    key is parked, and waits for its turn: :func:`start_parked`)."""
     if _stranded(state) and not store.worker_holds(state.id):
+        if state.limit_key is not None:
+            _look_at_parked(store, state.limit_key)
+            return state
         log.warning("job %s: its worker never started it; starting another", state.id)
         return _restart(store, state)
     if not store.abandoned(state):
@@ -44,9 +50,108 @@ def reconcile(store: Store, state: JobState) -> JobState:
 
         procs.kill_leftovers(state.pid, state.pid_started_at)
     after = store.reconcile(state)
+    if state.limit_key is not None and state.status == Status.RUNNING:
+        start_parked(store, state.limit_key)  # its slot is free
     if after.status != Status.PENDING or after.worker is not None:
         return after
     return _restart(store, after)
+
+
+#: Seconds a process waits before it looks again at a key's parked jobs for a reader (a
+#: listing of 50 parked jobs of one key looks once, not 50 times).
+PARKED_LOOK_EVERY = 1.0
+_parked_looks: dict[tuple[str, str], float] = {}
+
+
+def _look_at_parked(store: Store, key: str) -> None:
+    """What a reader of a parked job does: start the workers of its key's parked jobs if the
+    key has a free slot (a hand-off lost with a worker killed at the wrong moment, where no
+    maintainer runs), at most once a second per key in this process."""
+    now = time.monotonic()
+    if now < _parked_looks.get((store.url, key), 0.0):
+        return
+    _parked_looks[(store.url, key)] = now + PARKED_LOOK_EVERY
+    start_parked(store, key)
+
+
+def start_parked(store: Store, key: str) -> int:
+    """Start the workers of the jobs of concurrency ``key`` that wait for a slot with none
+    (:meth:`Store.parked`: as many as the key has free slots, in claim order); returns how
+    many were started.
+
+    Called wherever a slot may have freed: by a spawned job's worker once an attempt ended
+    (a command's supervisor runs the next command itself: :func:`take_parked`), when a dead
+    worker's job is reconciled, when a key's slots are set, and by the store's maintainer
+    (which also covers a key shared with pools' jobs, whose pools do not call this). A
+    worker started a moment ago that has not taken its job yet looks parked too, and may get
+    a second worker: that one finds the job taken and exits. Never raises for the store: a
+    failure is logged, and the maintainer looks again."""
+    try:
+        parked = store.parked(key)
+    except OutlastError as exc:
+        log.warning("cannot look for the parked jobs of %s: %s", key, exc)
+        return 0
+    started = 0
+    for state in parked:
+        try:
+            started += start_worker(store, state)
+        except OutlastError as exc:
+            log.warning("job %s: cannot start its worker: %s", state.id, exc)
+    return started
+
+
+def take_parked(store: Store, key: str) -> str | None:
+    """For a supervisor whose job of ``key`` ended: the first command job of those
+    :func:`start_parked` would start, for it to run itself; the workers of the others are
+    started. None when there is none."""
+    try:
+        parked = store.parked(key)
+    except OutlastError as exc:
+        log.warning("cannot look for the parked jobs of %s: %s", key, exc)
+        return None
+    mine = next((state for state in parked if state.kind == Kind.COMMAND), None)
+    for state in parked:
+        if state is not mine:
+            try:
+                start_worker(store, state)
+            except OutlastError as exc:
+                log.warning("job %s: cannot start its worker: %s", state.id, exc)
+    return None if mine is None else mine.id
+
+
+def its_turn(store: Store, job_id: str, key: str) -> bool:
+    """Whether the parked job ``job_id`` is among those of ``key`` to start now (False
+    too when the store cannot say: the maintainer then looks again)."""
+    try:
+        return any(state.id == job_id for state in store.parked(key))
+    except OutlastError as exc:
+        log.warning("cannot look for the parked jobs of %s: %s", key, exc)
+        return False
+
+
+def start_or_park(store: Store, task: Task, state: JobState) -> bool:
+    """Start the due job as ``task``'s attempt (its own worker's, holding its lock); False if
+    it is not pending any more (canceled, taken) or its concurrency key is full. Then the job
+    is *parked*: the lock is let go and the worker should exit; a worker is started for it
+    when a slot frees (:func:`start_parked`). A slot freed while the lock was let go is not
+    missed: the key is looked at again afterwards, and the lock taken back if it is the job's
+    turn."""
+    while True:
+        if task.start():
+            return True
+        now = store.get(state.id)
+        if now.status != Status.PENDING or now.limit_key is None:
+            return False
+        task.release_worker_lock()
+        log.info("job %s: its key %s is full; parked until a slot frees", state.id, now.limit_key)
+        # Whoever freed a slot while the lock was held started the workers of the parked
+        # jobs it saw, and skipped this one: it takes the job back if it is its turn.
+        if not its_turn(store, state.id, now.limit_key):
+            return False
+        try:
+            task.hold_worker_lock()
+        except WorkerLockHeld:
+            return False  # another worker was started for it meanwhile
 
 
 def _stranded(state: JobState) -> bool:
@@ -59,6 +164,12 @@ def _stranded(state: JobState) -> bool:
     if state.run_after is not None:
         since = max(since, state.run_after)
     return (now - since).total_seconds() > STRANDED_AFTER
+
+
+def start_worker(store: Store, state: JobState) -> bool:
+    """Start the worker of a pending command or spawned job nobody is bound to; False if it
+    could not be (the job then failed, saying why)."""
+    return _restart(store, state) is state
 
 
 def _restart(store: Store, after: JobState) -> JobState:

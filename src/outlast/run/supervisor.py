@@ -11,7 +11,12 @@ or taken from it), the command gets SIGTERM and, after the grace period, SIGKILL
 ``timeout`` gets the same at its deadline (``$OUTLAST_DEADLINE`` tells the command when, as
 ISO 8601 UTC), and the attempt fails with code ``timeout`` (retried while attempts are left).
 A job with a delay is waited for here: the supervisor is started at once and sleeps until the
-job's time (holding the job's lock, so a cancel wakes it and its death is seen). The
+job's time (holding the job's lock, so a cancel wakes it and its death is seen). A job of a
+full group is *parked*: the supervisor lets the job go and exits. A supervisor whose job of a
+group ended runs the group's next parked command itself, in claim order, and whoever else
+frees a slot (a dead worker's job reconciled, ``outlast group set``, the store's maintainer)
+starts a supervisor for it (``outlast.run.reap.start_parked``): a thousand commands queued in
+a group of two hold two supervisors, not a thousand. The
 supervisor is the *child subreaper* of everything the command starts, so a descendant that
 leaves the process group (``setsid``, a double fork) comes back to it when orphaned: the
 signals go to the group and to every descendant, and when the command ends whatever it left
@@ -38,10 +43,10 @@ from typing import Any
 
 from outlast.errors import JobNotFound, OutlastError, StoreError, WorkerLockHeld
 from outlast.model import ErrorCode, ErrorInfo, JobState, Status, format_time, utcnow
-from outlast.run import procs
+from outlast.run import procs, reap
 from outlast.run.presence import present
 from outlast.run.spawn import load_context
-from outlast.store import Store, Task, open_store, start_when_free, wait_until_due
+from outlast.store import Store, Task, open_store, wait_until_due
 from outlast.store.joblog import LogSink, max_bytes
 
 #: Seconds between SIGTERM and SIGKILL for a job that does not say (``JobState.grace``).
@@ -336,32 +341,77 @@ def _persist(write: Callable[[], JobState], patience: float = 600.0) -> JobState
 
 
 def supervise(store: Store, job_id: str) -> int:
-    """Run the command job ``job_id`` to its end; returns the supervisor's exit code."""
+    """Run the command job ``job_id`` to its end; returns the supervisor's exit code. A job of
+    a group hands its slot on: this process then runs the group's next parked command job
+    itself (its output to that job's log), and so on while the group has parked jobs, so a
+    group's queue is drained by as many processes as it has slots."""
+    procs.become_subreaper()
+    code = 0
+    next_id: str | None = job_id
+    while next_id is not None:
+        code, next_id = _supervise_job(store, next_id, next_id != job_id)
+    return code
+
+
+def _supervise_job(store: Store, job_id: str, handed_on: bool) -> tuple[int, str | None]:
+    """Run one job; returns the exit code and the job to run next in this process (None:
+    exit)."""
     task = store.open(job_id)
     try:
         task.hold_worker_lock()
+        if handed_on:
+            _output_to(store, job_id)
     except WorkerLockHeld:
-        return 0  # another supervisor already runs it
-    procs.become_subreaper()
+        return 0, None  # another supervisor already runs it
+    except OutlastError as exc:
+        if not handed_on:
+            raise
+        print(f"outlast supervisor: cannot take job {job_id}: {exc}", file=sys.stderr)
+        return 0, None
     with present(store, "supervisor", job_id=job_id):
-        return _supervise(store, task, job_id)
+        code, key = _supervise(store, task, job_id)
+    if key is None:
+        return code, None
+    task.release_worker_lock()  # the job is over: nothing of it needs the lock now
+    return code, reap.take_parked(store, key)
 
 
-def _supervise(store: Store, task: Task, job_id: str) -> int:
+def _output_to(store: Store, job_id: str) -> None:
+    """This process's own messages go to the log of the job it runs now."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(
+        store.worker_output_path(job_id),
+        os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+        0o600,
+    )
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+
+
+def _supervise(store: Store, task: Task, job_id: str) -> tuple[int, str | None]:
+    """Run the job's attempts; returns the exit code and, once an attempt of a job of a
+    concurrency key ended the job, the key, whose slot is to be handed on."""
     try:
         max_bytes()  # a bad $OUTLAST_LOG_MAX_BYTES fails the job now
         log = store.log_writer(job_id)
     except (OutlastError, OSError) as exc:
         if task.start():
             task.fail(ErrorInfo("error", f"cannot open the job's log: {exc}"), retry=False)
-        return 1
+        return 1, None
     try:
         while True:
             state = wait_until_due(store, job_id)
-            if state is None or not start_when_free(store, task, state):
-                return 0
-            if _attempt(store, task, state, log) != Status.PENDING:
-                return 0
+            if state is None or not reap.start_or_park(store, task, state):
+                return 0, None  # not pending any more, or parked: its key is full
+            status = _attempt(store, task, state, log)
+            if status != Status.PENDING:
+                return 0, state.limit_key
+            if state.limit_key is not None:  # a retry: its backoff is waited out here
+                reap.start_parked(store, state.limit_key)
     finally:
         log.close()
         _forget_context(store, job_id)

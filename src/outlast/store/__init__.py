@@ -23,7 +23,7 @@ from outlast.store.base import (
     use_reconciler,
 )
 from outlast.store.common import parse_label, worker_name
-from outlast.store.follower import Follower, follow, start_when_free, wait_until_due
+from outlast.store.follower import Follower, follow, wait_until_due
 from outlast.store.journal import Journal
 from outlast.store.task import Reporter, Task
 
@@ -44,7 +44,6 @@ __all__ = [
     "follow",
     "open_store",
     "parse_label",
-    "start_when_free",
     "use_reconciler",
     "wait_until_due",
     "worker_name",

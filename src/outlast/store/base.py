@@ -76,6 +76,9 @@ Reconciler = Callable[[JobState], JobState]
 ScheduleChange = Callable[[Schedule | None], object]
 #: What a :data:`ScheduleChange` returns to remove the schedule.
 REMOVE = object()
+#: Jobs :meth:`Store.parked` reads beyond a key's free slots, for those a worker holds (one
+#: just started, one waiting out its retry's backoff) that it skips.
+PARKED_SLACK = 8
 _LIVE_LOCK = threading.RLock()
 _reconcilers: list[Callable[[Store], Reconciler]] = []
 
@@ -793,14 +796,55 @@ class Store(abc.ABC):
         return removed
 
     def unclaimed(self) -> builtins.list[JobState]:
-        """Pending command and spawned jobs that no worker holds: each has a worker of its
-        own that takes it at its time; one still untaken a while after that lost its worker
-        (the maintainer starts another, see ``outlast.run.reap``)."""
+        """Pending command and spawned jobs without a concurrency key that no worker holds:
+        each has a worker of its own that takes it at its time; one still untaken a while
+        after that lost its worker (the maintainer starts another, see ``outlast.run.reap``).
+        Those of a concurrency key wait for a slot with no worker: :meth:`parked`."""
         return [
             s
             for s in self._unclaimed()
-            if (s.kind == Kind.COMMAND or s.queue == DEDICATED) and s.worker is None
+            if (s.kind == Kind.COMMAND or s.queue == DEDICATED)
+            and s.worker is None
+            and s.limit_key is None
         ]
+
+    def parked(self, key: str) -> builtins.list[JobState]:
+        """The jobs of concurrency ``key`` whose workers should start now: pending command
+        and spawned jobs of the key that are due and that no worker holds, in claim order
+        (highest priority first, then the earliest due, then the id), as many as the key has
+        free slots (its slots set, else the first job's own ``limit``, else 1, less the jobs
+        of the key running now).
+
+        A command or spawned job whose key is full waits *parked*: its worker lets it go and
+        exits, so a thousand jobs queued in a group of two hold two processes, not a
+        thousand. Whoever frees a slot starts the workers of what this returns
+        (``outlast.run.reap.start_parked``); each start counts the key's jobs again, under
+        its lock, so a worker started once too often finds the key full and parks the job
+        again."""
+        machine.check_limit(key, None)
+        slots, running = self._key_usage(key)
+        now = utcnow()
+        want = PARKED_SLACK + (1 if slots is None else max(0, slots - running))
+        waiting = self._parked(key, now, want) if slots is None or slots > running else []
+        if not waiting:
+            return []
+        free = (slots if slots is not None else waiting[0].limit or 1) - running
+        if free > len(waiting) and len(waiting) == want:  # a job's own limit above the slack
+            waiting = self._parked(key, now, free + PARKED_SLACK)
+        chosen: builtins.list[JobState] = []
+        for state in waiting:
+            if len(chosen) >= free:
+                break
+            if state.kind != Kind.COMMAND and state.queue != DEDICATED:
+                continue  # a pool's to claim
+            if state.worker is None and not self._lock_held(state.id):
+                chosen.append(state)
+        return chosen
+
+    def parked_keys(self) -> builtins.list[str]:
+        """The concurrency keys that have pending command or spawned jobs no worker is bound
+        to (a superset of the keys :meth:`parked` returns jobs for), sorted."""
+        return sorted(self._parked_keys())
 
     def change_watch(self) -> ChangeWatch:
         """A new :class:`ChangeWatch` on this store (close it when done)."""
@@ -1018,6 +1062,19 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def _unclaimed(self) -> builtins.list[JobState]:
         """Pending command and spawned jobs that no worker holds (a superset is fine)."""
+
+    @abc.abstractmethod
+    def _key_usage(self, key: str) -> tuple[int | None, int]:
+        """``(the slots set for the key, or None; how many of its jobs run now)``."""
+
+    @abc.abstractmethod
+    def _parked(self, key: str, now: datetime, limit: int) -> builtins.list[JobState]:
+        """Up to ``limit`` pending jobs of the key that no worker is bound to, due at
+        ``now``, command and spawned ones (a few others are fine), in claim order."""
+
+    @abc.abstractmethod
+    def _parked_keys(self) -> Iterable[str]:
+        """The distinct keys of pending command and spawned jobs no worker is bound to."""
 
     @abc.abstractmethod
     def _lock_acquire(self, job_id: str) -> Any:

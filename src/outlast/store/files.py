@@ -898,13 +898,30 @@ class FilesStore(_local.LocalStore):
     def _unclaimed(self) -> list[JobState]:
         with self._translated("find unclaimed jobs"):
             entries = self._scan(claiming=True)
-        return self._load_all(
-            e.id
+        return self._load_all(e.id for e in entries if _parked_entry(e) and e.limit_key is None)
+
+    def _key_usage(self, key: str) -> tuple[int | None, int]:
+        with self._translated("count a key's running jobs"):
+            running = _running_by_key(self._scan(claiming=True)).get(key, 0)
+            return self._limits().get(key), running
+
+    def _parked(self, key: str, now: datetime, limit: int) -> list[JobState]:
+        with self._translated("find a key's parked jobs"):
+            entries = self._scan(claiming=True)
+        due = [
+            e
             for e in entries
-            if e.status == Status.PENDING
-            and e.worker is None
-            and (e.kind == Kind.COMMAND or e.queue == DEDICATED)
-        )
+            if _parked_entry(e)
+            and e.limit_key == key
+            and (e.run_after is None or e.run_after <= now)
+        ]
+        due.sort(key=lambda e: (-e.priority, e.run_after or e.created_at, e.id))
+        return self._load_all(e.id for e in due[:limit])
+
+    def _parked_keys(self) -> set[str]:
+        with self._translated("find parked keys"):
+            entries = self._scan(claiming=True)
+        return {e.limit_key for e in entries if _parked_entry(e) and e.limit_key is not None}
 
     def change_watch(self) -> ChangeWatch:
         """A document written or removed renames or unlinks a file in the store's folder
@@ -954,6 +971,15 @@ class FilesStore(_local.LocalStore):
 
 def _start_if(state: JobState, worker: str, now: datetime) -> machine.Change | None:
     return machine.start(state, worker, now)
+
+
+def _parked_entry(e: _Entry) -> bool:
+    """A pending command or spawned job that no worker is bound to."""
+    return (
+        e.status == Status.PENDING
+        and e.worker is None
+        and (e.kind == Kind.COMMAND or e.queue == DEDICATED)
+    )
 
 
 def _running_by_key(entries: Iterable[_Entry]) -> dict[str, int]:

@@ -24,7 +24,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from outlast.errors import StoreError
 from outlast.ids import DEDICATED
@@ -216,19 +216,3 @@ def wait_until_due(store: Store, job_id: str) -> JobState | None:
 
 def _due_or_gone(state: JobState) -> bool:
     return state.status != Status.PENDING or state.run_after is None or state.run_after <= utcnow()
-
-
-def start_when_free(store: Store, task: Any, state: JobState) -> bool:
-    """Start the due job as ``task`` (its own worker's), waiting while its concurrency key has
-    no free slot: woken by any change of the store (a job of the key ending frees one), and
-    looking again each second. False once the job is not pending (canceled, taken)."""
-    while True:
-        if task.start():
-            return True
-        now = store.get(state.id)
-        if now.status != Status.PENDING or now.limit_key is None:
-            return False
-        with store.listen(None) as listener:
-            if task.start():
-                return True
-            listener.wait(1.0)

@@ -392,6 +392,8 @@ LIVE = "worker IS NOT NULL AND status IN ('running', 'pending')"
 LIVE_STATUSES = "('pending', 'running', 'paused')"
 #: Jobs a claim may take (with ``run_after`` passed).
 CLAIMABLE = "status = 'pending' AND worker IS NULL"
+#: Jobs that a worker of their own runs, not a pool: commands and spawned jobs.
+_OWN_WORKER = "(kind = 'command' OR queue = ?)"
 
 
 #: The columns of a new job's row, in the order of :meth:`SqlStore._columns`, its document
@@ -1329,9 +1331,38 @@ class SqlStore(Store):
         return decode_listing(self._query("find expired jobs", d.sql(sql), params))
 
     def _unclaimed(self) -> builtins.list[JobState]:
-        sql = f"SELECT id, doc FROM {{jobs}} WHERE {CLAIMABLE} AND (kind = 'command' OR queue = ?)"
+        sql = (
+            f"SELECT id, doc FROM {{jobs}} WHERE {CLAIMABLE} AND {_OWN_WORKER}"
+            " AND limit_key IS NULL"
+        )
         rows = self._query("find unclaimed jobs", self.dialect.sql(sql), (DEDICATED,))
         return decode_listing(rows)
+
+    def _key_usage(self, key: str) -> tuple[int | None, int]:
+        d = self.dialect
+        sql = "SELECT count(*) FROM {jobs} WHERE status = 'running' AND limit_key = ?"
+        [(running,)] = self._query("count a key's running jobs", d.sql(sql), (key,))
+        rows = self._query(
+            "a key's slots", d.sql("SELECT slots FROM {limits} WHERE key = ?"), (key,)
+        )
+        return (int(rows[0][0]) if rows else None), int(running)
+
+    def _parked(self, key: str, now: datetime, limit: int) -> builtins.list[JobState]:
+        d = self.dialect
+        sql = (
+            f"SELECT id, doc FROM {{jobs}} WHERE {CLAIMABLE} AND {_OWN_WORKER}"
+            f" AND limit_key = ? AND (run_after IS NULL OR run_after <= ?)"
+            f" ORDER BY {CLAIM_ORDER} LIMIT {int(limit)}"
+        )
+        rows = self._query("find a key's parked jobs", d.sql(sql), (DEDICATED, key, d.time(now)))
+        return decode_listing(rows)
+
+    def _parked_keys(self) -> builtins.list[str]:
+        sql = (
+            f"SELECT DISTINCT limit_key FROM {{jobs}} WHERE {CLAIMABLE} AND {_OWN_WORKER}"
+            " AND limit_key IS NOT NULL"
+        )
+        return [k for (k,) in self._query("find parked keys", self.dialect.sql(sql), (DEDICATED,))]
 
     def _schedules_changed(self, tx: Tx, name: str) -> None:
         """Tell the maintainer's change watch (PostgreSQL notifies; the local stores' watch

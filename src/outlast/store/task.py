@@ -154,9 +154,11 @@ class Task:
     def hold_worker_lock(self) -> None:
         """Claim the worker lock for the rest of this process's life.
 
-        Never released by production code: the kernel (or the database server) releases it
-        when the process exits, crashes or is killed. Raises :class:`WorkerLockHeld` if another
-        live process holds it. Commands started afterwards do not inherit it.
+        The kernel (or the database server) releases it when the process exits, crashes or
+        is killed; production code lets it go only to park a job whose concurrency key is
+        full (``outlast.run.reap.start_or_park``), before the worker exits. Raises
+        :class:`WorkerLockHeld` if another live process holds it. Commands started afterwards
+        do not inherit it.
         """
         if self._lock is not None:
             return

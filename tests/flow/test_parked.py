@@ -1,0 +1,216 @@
+"""Parked jobs: a command (or spawned job) of a full concurrency key holds no process while it
+waits. Its worker lets it go and exits; whoever frees a slot of the key starts the worker of
+the next one in claim order. On every store, with real supervisors and no maintainer, and
+the store's maintainer as the safety net (a killed worker, a key's slots raised elsewhere)
+that starts a bounded number of workers per pass."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from outlast.model import Status
+from outlast.run import maintain, reap
+from outlast.run.api import run_command, set_slots, spawn_job
+from outlast.store import Store
+from tests.pool import jobs_for_tests  # noqa: F401 - registers pt.limited
+from tests.pool.conftest import read_lines
+from tests.waiting import until
+
+
+@pytest.fixture(autouse=True)
+def _own_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL store's job logs go to the user's state folder: this test's own."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("OUTLAST_RETRY_DELAY", "0.05")
+
+
+@pytest.fixture
+def store(store: Store) -> Iterator[Store]:
+    """The store, and after the test, whatever its jobs left running killed."""
+    yield store
+    for proc in [*_workers(store.url), *_workers(store.url, module="outlast.run.dedicated")]:
+        with contextlib.suppress(psutil.Error):
+            for child in proc.children(recursive=True):
+                child.kill()
+            proc.kill()
+
+
+def _workers(
+    url: str, job_id: str | None = None, module: str = "outlast.run.supervisor"
+) -> list[psutil.Process]:
+    """The live supervisors (or other workers) of the store at ``url`` (of ``job_id``'s, if
+    given)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if module not in line or url not in line:
+            continue
+        if job_id is not None and job_id not in line:
+            continue
+        if proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+class _Most:
+    """Counts the store's live supervisors (or other workers) every 20 ms, keeping the most
+    seen at once."""
+
+    def __init__(self, mark: str, module: str = "outlast.run.supervisor") -> None:
+        self.mark, self.module, self.most = mark, module, 0
+        self.pids: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            found = _workers(self.mark, module=self.module)
+            self.most = max(self.most, len(found))
+            self.pids.update(proc.pid for proc in found)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.most
+
+
+def _script(marks: Path, gate: Path, seconds: float = 0.1) -> list[str]:
+    """A command that waits for ``gate`` to exist, then marks its start and its end."""
+    return [
+        "sh",
+        "-c",
+        f'while [ ! -e {gate} ]; do sleep 0.02; done; echo "+ $OUTLAST_JOB_ID" >> {marks};'
+        f' sleep {seconds}; echo "- $OUTLAST_JOB_ID" >> {marks}',
+    ]
+
+
+def _starts(marks: Path) -> list[str]:
+    return [line.split()[1] for line in read_lines(marks) if line.startswith("+")]
+
+
+def _most_at_once(marks: Path) -> int:
+    running: set[str] = set()
+    most = 0
+    for line in read_lines(marks):
+        sign, job = line.split()
+        (running.add if sign == "+" else running.discard)(job)
+        most = max(most, len(running))
+    return most
+
+
+@pytest.mark.timeout(120)
+def test_a_group_of_one_slot_holds_two_supervisors_at_most_and_runs_in_claim_order(
+    store: Store, tmp_path: Path
+) -> None:
+    marks, gate = tmp_path / "marks.txt", tmp_path / "go"
+    set_slots("g", 1, store)
+    counting = _Most(store.url)
+    jobs = [run_command(_script(marks, gate), group="g", store=store).id for _ in range(8)]
+    # the first runs (waiting at its gate); the others wait parked, with no process
+    until(lambda: store.get(jobs[0]).status == Status.RUNNING, 30, "the first to start")
+    urgent = run_command(_script(marks, gate), group="g", store=store, priority=5).id
+    until(lambda: len(_workers(store.url)) == 1, 30, "only the running one's supervisor")
+    assert all(store.get(j).status == Status.PENDING for j in [*jobs[1:], urgent])
+    gate.touch()
+    for job in [*jobs, urgent]:
+        assert reap.wait_for(store, job, timeout=60).status == Status.SUCCEEDED, job
+    most = counting.stop()
+    assert _most_at_once(marks) == 1
+    assert _starts(marks) == [jobs[0], urgent, *jobs[1:]]  # claim order: priority, then age
+    assert most <= 2, f"{most} supervisors at once"  # one ending while it starts the next
+    # the first job's supervisor ran the others in turn (a poll of a parked job may start one)
+    assert len(counting.pids) <= 2, counting.pids
+    print(f"at most {most} supervisors alive, {len(counting.pids)} in all, for 9 commands")
+
+
+@pytest.mark.timeout(120)
+def test_raising_a_groups_slots_starts_its_parked_jobs_at_once(
+    store: Store, tmp_path: Path
+) -> None:
+    marks, gate = tmp_path / "marks.txt", tmp_path / "go"
+    jobs = [run_command(_script(marks, gate), group="g", store=store).id for _ in range(4)]
+    until(lambda: store.get(jobs[0]).status == Status.RUNNING, 30, "the first to start")
+    set_slots("g", 3, store)  # what `outlast group set` and PUT /groups/{name} do
+    until(
+        lambda: (
+            [store.get(j).status for j in jobs]
+            == [Status.RUNNING, Status.RUNNING, Status.RUNNING, Status.PENDING]
+        ),
+        30,
+        "two more of the group to start",
+    )
+    gate.touch()
+    for job in jobs:
+        assert reap.wait_for(store, job, timeout=60).status == Status.SUCCEEDED
+    assert _most_at_once(marks) <= 3
+
+
+@pytest.mark.timeout(120)
+def test_the_maintainer_goes_on_with_a_group_whose_running_supervisor_was_killed(
+    store: Store, tmp_path: Path
+) -> None:
+    marks, gate = tmp_path / "marks.txt", tmp_path / "go"
+    first = run_command(["sleep", "60"], group="g", store=store).id
+    second = run_command(_script(marks, gate), group="g", store=store).id
+    until(lambda: store.get(first).status == Status.RUNNING, 30, "the first to start")
+    [supervisor] = until(lambda: _workers(store.url, first), 30, "its supervisor")
+    os.kill(supervisor.pid, signal.SIGKILL)
+    supervisor.wait(10)
+    gate.touch()
+    maintainer = maintain.Maintainer(store)
+    until(lambda: maintainer.sweep(thorough=True) and store.get(second).status != "pending", 30)
+    assert store.get(first).status == Status.FAILED  # one attempt, its supervisor killed
+    assert reap.wait_for(store, second, timeout=60).status == Status.SUCCEEDED
+
+
+@pytest.mark.timeout(120)
+def test_the_maintainer_starts_a_bounded_number_of_workers_per_pass(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs nobody took (a store restored from a backup, a reboot): each pass starts at most
+    RESTART_BATCH workers, loose ones and parked ones of a key with room alike."""
+    monkeypatch.setattr(reap, "STRANDED_AFTER", 0.0)
+    monkeypatch.setattr(maintain, "RESTART_BATCH", 3)
+    loose = [store.create(command=["true"]).id for _ in range(5)]
+    store.set_slots("k", 2)
+    keyed = [store.create(command=["true"], limit_key="k").id for _ in range(4)]
+    maintainer = maintain.Maintainer(store)
+    assert maintainer.sweep(thorough=True)
+    assert maintainer.strays == 3  # three of the loose ones
+    until(lambda: sum(store.get(j).status == Status.SUCCEEDED for j in loose) == 3, 30)
+    assert all(store.get(j).status == Status.PENDING for j in keyed)
+    assert maintainer.sweep(thorough=True)
+    assert maintainer.strays == 6  # the last two loose ones, and one of the key's
+    for job in loose:
+        assert reap.wait_for(store, job, timeout=60).status == Status.SUCCEEDED
+    # the key's other jobs follow by hand-off from the one that ran, and by the next pass
+    maintainer.sweep(thorough=True)
+    for job in keyed:
+        assert reap.wait_for(store, job, timeout=60).status == Status.SUCCEEDED
+
+
+@pytest.mark.timeout(120)
+def test_spawned_jobs_of_a_full_key_wait_parked_and_run_one_at_a_time(
+    store: Store, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks.txt"
+    counting = _Most(store.url, "outlast.run.dedicated")
+    jobs = [
+        spawn_job(store, "pt.limited", [str(marks), "a"], {"sleep": 0.3}, limit=1).id
+        for _ in range(5)
+    ]
+    for job in jobs:
+        assert reap.wait_for(store, job, timeout=60).status == Status.SUCCEEDED, job
+    most = counting.stop()
+    assert _most_at_once(marks) == 1
+    assert sorted(_starts(marks)) == sorted(jobs)
+    assert most <= 3, f"{most} dedicated workers at once"  # not one per job
