@@ -104,6 +104,7 @@ from outlast.store.sql import (
     fill_name_keys,
     flow_columns,
     name_index,
+    parked_index,
     priority_probe,
     search_columns,
     tables,
@@ -288,6 +289,8 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
                 for index, holds in DUE_PARTS
             ),
         ],
+        # the jobs parked for a slot of their key, per key in claim order (sql.PARKED)
+        [parked_index(d)],
     ]
 
 

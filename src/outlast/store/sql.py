@@ -394,6 +394,18 @@ LIVE_STATUSES = "('pending', 'running', 'paused')"
 CLAIMABLE = "status = 'pending' AND worker IS NULL"
 #: Jobs that a worker of their own runs, not a pool: commands and spawned jobs.
 _OWN_WORKER = "(kind = 'command' OR queue = ?)"
+#: The jobs that wait for a slot of their concurrency key with no worker (parked command and
+#: spawned jobs; a delayed one's worker holds it while it waits for its time): the rows of
+#: ``jobs_parked``, in claim order per key, so :meth:`Store.parked` reads a key's first ones
+#: and :meth:`Store.parked_keys` the keys, an index step each, however many wait.
+PARKED = f"{CLAIMABLE} AND limit_key IS NOT NULL AND (kind = 'command' OR queue = '{DEDICATED}')"
+
+
+def parked_index(d: Dialect) -> str:
+    return d.sql(
+        f"CREATE INDEX IF NOT EXISTS jobs_parked ON {{jobs}} (limit_key, {CLAIM_ORDER})"
+        f" WHERE {PARKED}"
+    )
 
 
 #: The columns of a new job's row, in the order of :meth:`SqlStore._columns`, its document
@@ -1350,19 +1362,17 @@ class SqlStore(Store):
     def _parked(self, key: str, now: datetime, limit: int) -> builtins.list[JobState]:
         d = self.dialect
         sql = (
-            f"SELECT id, doc FROM {{jobs}} WHERE {CLAIMABLE} AND {_OWN_WORKER}"
+            f"SELECT id, doc FROM {{jobs}}{d.using('jobs_parked')} WHERE {PARKED}"
             f" AND limit_key = ? AND (run_after IS NULL OR run_after <= ?)"
             f" ORDER BY {CLAIM_ORDER} LIMIT {int(limit)}"
         )
-        rows = self._query("find a key's parked jobs", d.sql(sql), (DEDICATED, key, d.time(now)))
+        rows = self._query("find a key's parked jobs", d.sql(sql), (key, d.time(now)))
         return decode_listing(rows)
 
     def _parked_keys(self) -> builtins.list[str]:
-        sql = (
-            f"SELECT DISTINCT limit_key FROM {{jobs}} WHERE {CLAIMABLE} AND {_OWN_WORKER}"
-            " AND limit_key IS NOT NULL"
-        )
-        return [k for (k,) in self._query("find parked keys", self.dialect.sql(sql), (DEDICATED,))]
+        scan = self._loose_scan("limit_key", "min", PARKED, "jobs_parked")
+        sql = self.dialect.sql(f"{scan} SELECT v FROM p WHERE v IS NOT NULL")
+        return [key for (key,) in self._query("find parked keys", sql, ())]
 
     def _schedules_changed(self, tx: Tx, name: str) -> None:
         """Tell the maintainer's change watch (PostgreSQL notifies; the local stores' watch

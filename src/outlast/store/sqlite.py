@@ -54,6 +54,7 @@ from outlast.store.sql import (
     fill_name_keys,
     flow_columns,
     name_index,
+    parked_index,
     search_columns,
     tables,
     time_tables,
@@ -136,6 +137,9 @@ MIGRATIONS: tuple[tuple[str | Step, ...], ...] = (
     # the claimable jobs split by who starts them: a pool's claim read past every command
     # job of its queue that waits (for a group's slot, for its time) to find its own kinds
     tuple(due_indexes(DIALECT, "jobs_due")),
+    # the jobs parked for a slot of their key, per key in claim order: a group's hand-off
+    # read every pending job and sorted a key's (8 ms with 10,000 parked)
+    (parked_index(DIALECT),),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
