@@ -5,7 +5,9 @@ job of them for each claim."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,19 @@ from tests.pg import support
 
 BACKLOG = 2000
 POOL = [Kind.FUNCTION, Kind.PIPELINE]  # the kinds a pool claims
+
+
+@contextlib.contextmanager
+def _pg_store() -> Iterator[tuple[Store, str]]:
+    """A fresh PostgreSQL store of its own schema, and the schema (dropped after)."""
+    url = support.make_url()
+    if url is None:
+        pytest.skip("no PostgreSQL server here")
+    try:
+        with open_store(url) as store:
+            yield store, support.schema_of(url)
+    finally:
+        support.drop_schema(url)
 
 
 def test_a_claim_of_every_queue_takes_the_highest_priority_first(store: Store) -> None:
@@ -87,30 +102,23 @@ def test_a_postgresql_claim_reads_the_due_range_of_the_highest_priority_from_an_
     """A pool's claim: in the claim's order, and only the due ones: the delayed jobs behind
     them are not read (nor sorted, as a bitmap scan would), nor the command jobs waiting in
     its queues."""
-    url = support.make_url()
-    if url is None:
-        pytest.skip("no PostgreSQL server here")
-    schema = support.schema_of(url)
-    try:
-        with open_store(url) as store:
-            jobs = [{"queue": "ab"[i % 2]} for i in range(BACKLOG)]
-            store.create_many(jobs, {"name": "w", "kind": Kind.FUNCTION})
-            later = utcnow() + timedelta(days=1)
-            store.create_many(jobs, {"name": "w", "kind": Kind.FUNCTION, "run_after": later})
-            store.create_many(jobs, {"name": "c"})  # commands
-            with support.connect() as conn:
-                conn.execute(f'ANALYZE "{schema}".jobs')
-            with support.statements_sent() as sent:
-                assert len(store.claim(None, 2, queues, POOL)) == 2
+    with _pg_store() as (store, schema):
+        jobs = [{"queue": "ab"[i % 2]} for i in range(BACKLOG)]
+        store.create_many(jobs, {"name": "w", "kind": Kind.FUNCTION})
+        later = utcnow() + timedelta(days=1)
+        store.create_many(jobs, {"name": "w", "kind": Kind.FUNCTION, "run_after": later})
+        store.create_many(jobs, {"name": "c"})  # commands
+        with support.connect() as conn:
+            conn.execute(f'ANALYZE "{schema}".jobs')
+        with support.statements_sent() as sent:
+            assert len(store.claim(None, 2, queues, POOL)) == 2
         [(sql, params)] = [(s, p) for s, p in sent if s.startswith("WITH s AS")]
-        plan = support.explain(sql, params)
-        index = "jobs_due_all" if queues is None else "jobs_due"
-        assert f"Index Scan using {index} on jobs" in plan, plan
-        assert "Seq Scan on jobs" not in plan and "Bitmap" not in plan, plan
-        ranges = [line for line in plan.splitlines() if "Index Cond" in line and "<=" in line]
-        assert ranges and "COALESCE(run_after, created_at) <=" in ranges[0], plan
-    finally:
-        support.drop_schema(url)
+        plan = support.explain(sql, params)  # while the schema is there
+    index = "jobs_due_all" if queues is None else "jobs_due"
+    assert f"Index Scan using {index} on jobs" in plan, plan
+    assert "Seq Scan on jobs" not in plan and "Bitmap" not in plan, plan
+    ranges = [line for line in plan.splitlines() if "Index Cond" in line and "<=" in line]
+    assert ranges and "COALESCE(run_after, created_at) <=" in ranges[0], plan
 
 
 def test_next_due_is_the_earliest_claimable_job_of_any_priority(store: Store) -> None:
@@ -340,29 +348,22 @@ def test_a_keys_parked_jobs_are_read_from_their_own_index(tmp_path: Path) -> Non
 def test_a_postgresql_hand_off_reads_the_keys_parked_jobs_from_their_index(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    url = support.make_url()
-    if url is None:
-        pytest.skip("no PostgreSQL server here")
-    schema = support.schema_of(url)
-    try:
-        with open_store(url) as store:
-            store.create_many([{}] * BACKLOG, {"name": "c", "limit_key": "g"})
-            store.create_many([{}] * BACKLOG, {"name": "c", "limit_key": "h"})
-            store.create_many([{}] * BACKLOG, {"name": "w", "kind": Kind.FUNCTION})
-            with support.connect() as conn:
-                conn.execute(f'ANALYZE "{schema}".jobs')
-            sent: list[tuple[str, Any]] = []
-            real = store._query
+    with _pg_store() as (store, schema):
+        store.create_many([{}] * BACKLOG, {"name": "c", "limit_key": "g"})
+        store.create_many([{}] * BACKLOG, {"name": "c", "limit_key": "h"})
+        store.create_many([{}] * BACKLOG, {"name": "w", "kind": Kind.FUNCTION})
+        with support.connect() as conn:
+            conn.execute(f'ANALYZE "{schema}".jobs')
+        sent: list[tuple[str, Any]] = []
+        real = store._query
 
-            def query(what: str, sql: str, params: Any = ()) -> Any:
-                sent.append((sql, params))
-                return real(what, sql, params)
+        def query(what: str, sql: str, params: Any = ()) -> Any:
+            sent.append((sql, params))
+            return real(what, sql, params)
 
-            monkeypatch.setattr(store, "_query", query)
-            assert len(store.parked("g")) == 1
+        monkeypatch.setattr(store, "_query", query)
+        assert len(store.parked("g")) == 1
         [(sql, params)] = [(s, p) for s, p in sent if "ORDER BY" in s and "limit_key =" in s]
-        plan = support.explain(sql, params)
-        assert "Index Scan using jobs_parked on jobs" in plan, plan
-        assert "Seq Scan" not in plan and "Bitmap" not in plan and "Sort" not in plan, plan
-    finally:
-        support.drop_schema(url)
+        plan = support.explain(sql, params)  # while the schema is there
+    assert "Index Scan using jobs_parked on jobs" in plan, plan
+    assert "Seq Scan" not in plan and "Bitmap" not in plan and "Sort" not in plan, plan
