@@ -552,22 +552,9 @@ def spawn_job(
         limit=limit,
     )
     keyed = limit_key is not None or spec.limit_key is not None
-    if not task.existing and not (keyed and _parked(store, task)):  # a live one has its worker
+    if not task.existing and not (keyed and _parked(store, task.id)):  # a live one has its own
         _start(task, lambda: spawner.spawn_dedicated(store, task.id))
     return task
-
-
-def _parked(store: Store, task: Task) -> bool:
-    """Whether a new command or spawned job waits parked: its concurrency key is full (or
-    others of it come first), so no worker is started for it now; whoever frees a slot of
-    the key starts one (``outlast.run.reap.start_parked``). A delayed job's worker is
-    started at once, to wait for its time."""
-    state = task.state()
-    if state.limit_key is None or state.run_after is not None:
-        return False
-    from outlast.run import reap
-
-    return not reap.its_turn(store, task.id, state.limit_key)
 
 
 def run_command(
@@ -651,7 +638,7 @@ def run_command(
 
     def start() -> None:
         spawner.adopt_context(store, written, task.id)
-        if group is None or not _parked(store, task):
+        if group is None or not _parked(store, task.id):
             spawner.spawn_supervisor(store, task.id)
 
     _start(task, start)
@@ -668,6 +655,12 @@ def set_slots(key: str, slots: int | None, store: Store | None = None) -> None:
     store = store or default_store()
     store.set_slots(key, slots)
     reap.start_parked(store, key)
+
+
+def _parked(store: Store, job_id: str) -> bool:
+    from outlast.run import reap  # not at import: a submit of a function job never needs it
+
+    return reap.parked_at_start(store, store.get(job_id))
 
 
 def _start(task: Task, start: Callable[[], Any]) -> None:
@@ -707,13 +700,13 @@ def retry(job_ids: Sequence[str], store: Store | None = None) -> list[Task]:
             def start(state_id: str = state.id, keyed: bool = state.limit_key is not None) -> None:
                 written = spawner.write_context(store, os.getcwd(), dict(os.environ))
                 spawner.adopt_context(store, written, state_id)
-                if not (keyed and _parked(store, store.open(state_id))):
+                if not (keyed and _parked(store, state_id)):
                     spawner.spawn_supervisor(store, state_id)
 
             _start(task, start)
         elif state.queue == DEDICATED:
             task = store.open(state.id)
-            if not (state.limit_key is not None and _parked(store, task)):
+            if not (state.limit_key is not None and _parked(store, state.id)):
                 _start(task, partial(spawner.spawn_dedicated, store, state.id))
     return [store.open(state.id) for state in made]
 

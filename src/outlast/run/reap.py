@@ -119,6 +119,16 @@ def take_parked(store: Store, key: str) -> str | None:
     return None if mine is None else mine.id
 
 
+def parked_at_start(store: Store, state: JobState) -> bool:
+    """Whether a new command or spawned job waits parked: its concurrency key is full (or
+    others of it come first), so no worker is started for it now; whoever frees a slot of
+    the key starts one (:func:`start_parked`). A delayed job's worker is started at once, to
+    wait for its time; a job without a key always gets its worker."""
+    if state.limit_key is None or state.run_after is not None:
+        return False
+    return not its_turn(store, state.id, state.limit_key)
+
+
 def its_turn(store: Store, job_id: str, key: str) -> bool:
     """Whether the parked job ``job_id`` is among those of ``key`` to start now (False
     too when the store cannot say: the maintainer then looks again)."""
