@@ -173,6 +173,24 @@ def test_the_maintainer_goes_on_with_a_group_whose_running_supervisor_was_killed
 
 
 @pytest.mark.timeout(120)
+def test_waiting_for_a_parked_job_goes_on_past_a_killed_supervisor_with_no_maintainer(
+    store: Store, tmp_path: Path
+) -> None:
+    """Where no pool, server or scheduler runs: whoever waits for the parked job reconciles
+    its group's dead job, whose slot then goes to the parked one."""
+    marks, gate = tmp_path / "marks.txt", tmp_path / "go"
+    first = run_command(["sleep", "60"], group="g", store=store).id
+    second = run_command(_script(marks, gate), group="g", store=store).id
+    until(lambda: store.get(first).status == Status.RUNNING, 30, "the first to start")
+    [supervisor] = until(lambda: _workers(store.url, first), 30, "its supervisor")
+    os.kill(supervisor.pid, signal.SIGKILL)
+    supervisor.wait(10)
+    gate.touch()
+    assert reap.wait_for(store, second, timeout=60).status == Status.SUCCEEDED
+    assert store.get(first).status == Status.FAILED
+
+
+@pytest.mark.timeout(120)
 def test_the_maintainer_starts_a_bounded_number_of_workers_per_pass(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -64,14 +64,23 @@ _parked_looks: dict[tuple[str, str], float] = {}
 
 
 def _look_at_parked(store: Store, key: str) -> None:
-    """What a reader of a parked job does: start the workers of its key's parked jobs if the
-    key has a free slot (a hand-off lost with a worker killed at the wrong moment, where no
-    maintainer runs), at most once a second per key in this process."""
+    """What a reader of a parked job does where no maintainer may run, at most once a second
+    per key in this process: start the workers of the key's parked jobs if it has a free
+    slot (a hand-off lost with a worker killed at the wrong moment); else reconcile the
+    key's running jobs whose workers died, which frees their slots and hands them on."""
     now = time.monotonic()
     if now < _parked_looks.get((store.url, key), 0.0):
         return
     _parked_looks[(store.url, key)] = now + PARKED_LOOK_EVERY
-    start_parked(store, key)
+    if start_parked(store, key):
+        return
+    try:
+        dead = [s for s in store.abandoned_jobs(thorough=True) if s.limit_key == key]
+    except OutlastError as exc:
+        log.warning("cannot look for the dead jobs of %s: %s", key, exc)
+        return
+    for state in dead:
+        reconcile(store, state)
 
 
 def start_parked(store: Store, key: str) -> int:
