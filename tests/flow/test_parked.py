@@ -154,10 +154,9 @@ def test_raising_a_groups_slots_starts_its_parked_jobs_at_once(
     assert _most_at_once(marks) <= 3
 
 
-@pytest.mark.timeout(120)
-def test_the_maintainer_goes_on_with_a_group_whose_running_supervisor_was_killed(
-    store: Store, tmp_path: Path
-) -> None:
+def _group_behind_a_killed_supervisor(store: Store, tmp_path: Path) -> tuple[str, str]:
+    """A group of one slot: its first job running ``sleep 60``, whose supervisor is then
+    SIGKILLed (the job still says running), and a second parked behind it."""
     marks, gate = tmp_path / "marks.txt", tmp_path / "go"
     first = run_command(["sleep", "60"], group="g", store=store).id
     second = run_command(_script(marks, gate), group="g", store=store).id
@@ -166,6 +165,14 @@ def test_the_maintainer_goes_on_with_a_group_whose_running_supervisor_was_killed
     os.kill(supervisor.pid, signal.SIGKILL)
     supervisor.wait(10)
     gate.touch()
+    return first, second
+
+
+@pytest.mark.timeout(120)
+def test_the_maintainer_goes_on_with_a_group_whose_running_supervisor_was_killed(
+    store: Store, tmp_path: Path
+) -> None:
+    first, second = _group_behind_a_killed_supervisor(store, tmp_path)
     maintainer = maintain.Maintainer(store)
     until(lambda: maintainer.sweep(thorough=True) and store.get(second).status != "pending", 30)
     assert store.get(first).status == Status.FAILED  # one attempt, its supervisor killed
@@ -178,14 +185,7 @@ def test_waiting_for_a_parked_job_goes_on_past_a_killed_supervisor_with_no_maint
 ) -> None:
     """Where no pool, server or scheduler runs: whoever waits for the parked job reconciles
     its group's dead job, whose slot then goes to the parked one."""
-    marks, gate = tmp_path / "marks.txt", tmp_path / "go"
-    first = run_command(["sleep", "60"], group="g", store=store).id
-    second = run_command(_script(marks, gate), group="g", store=store).id
-    until(lambda: store.get(first).status == Status.RUNNING, 30, "the first to start")
-    [supervisor] = until(lambda: _workers(store.url, first), 30, "its supervisor")
-    os.kill(supervisor.pid, signal.SIGKILL)
-    supervisor.wait(10)
-    gate.touch()
+    first, second = _group_behind_a_killed_supervisor(store, tmp_path)
     assert reap.wait_for(store, second, timeout=60).status == Status.SUCCEEDED
     assert store.get(first).status == Status.FAILED
 
