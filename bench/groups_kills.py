@@ -67,6 +67,7 @@ def main() -> int:
         outlast.run_command(["sh", "-c", script], group="g", store=store, attempts=5).id
         for _ in range(args.jobs)
     ]
+
     def look(job_id: str) -> bool:  # without a maintainer, as `outlast status` would
         state = store.get(job_id)
         return (state if args.maintainer else reap.reconcile(store, state)).terminal

@@ -7,8 +7,11 @@ that starts a bounded number of workers per pass."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,6 +123,15 @@ def test_a_group_of_one_slot_holds_two_supervisors_at_most_and_runs_in_claim_ord
     urgent = run_command(_script(marks, gate), group="g", store=store, priority=5).id
     until(lambda: len(_workers(store.url)) == 1, 30, "only the running one's supervisor")
     assert all(store.get(j).status == Status.PENDING for j in [*jobs[1:], urgent])
+    shown = subprocess.run(
+        [sys.executable, "-m", "outlast", "group", "ls", "--json", "--store", store.url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(shown.stdout)["groups"] == [
+        {"name": "g", "slots": 1, "running": 1, "waiting": 8}
+    ]
     gate.touch()
     for job in [*jobs, urgent]:
         assert reap.wait_for(store, job, timeout=60).status == Status.SUCCEEDED, job

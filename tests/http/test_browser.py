@@ -273,7 +273,7 @@ def test_the_schedules_page_shows_next_runs_and_acts(
     page.locator('#queues tr[data-id="default"]').wait_for()
     gpu = page.locator('#groups tr[data-id="gpu"]')  # the groups, below the queues
     gpu.wait_for()
-    assert gpu.inner_text().split() == ["gpu", "2", "0"]
+    assert gpu.inner_text().split() == ["gpu", "2", "0", "0"]  # slots, running, waiting
     page.get_by_role("link", name="Schedules").click()
     assert page.url.endswith("#/schedules")
     nightly = page.locator('tr[data-id="nightly-backup"]')

@@ -92,8 +92,9 @@ def test_bulk_actions_count_first_then_act(client: httpx.Client, http_store: Sto
 def test_groups(client: httpx.Client, http_store: Store) -> None:
     put = client.put("/groups/http-gpu", json={"slots": 2})
     assert put.status_code == 200, put.text
-    assert put.json() == {"name": "http-gpu", "slots": 2, "running": 0}
-    assert {"name": "http-gpu", "slots": 2, "running": 0} in client.get("/groups").json()["groups"]
+    assert put.json() == {"name": "http-gpu", "slots": 2, "running": 0, "waiting": 0}
+    gpu = {"name": "http-gpu", "slots": 2, "running": 0, "waiting": 0}
+    assert gpu in client.get("/groups").json()["groups"]
     assert http_store.slots()["http-gpu"] == (2, 0)
     _error(client.put("/groups/http-gpu", json={"slots": 0}), 422)
     _error(client.put("/groups/http-gpu", json={}), 422)

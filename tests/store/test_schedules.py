@@ -197,6 +197,7 @@ def test_parked_lists_a_keys_waiting_jobs_in_claim_order_as_many_as_it_has_free_
     store.create(kind="function", name="f", limit_key="g")  # a pool's to claim
     store.create(command=["true"], limit_key="other")
     assert store.parked_keys() == ["g", "other"]
+    assert store.waiting_by_key() == {"g": 6, "other": 1}  # the delayed and the held ones too
     assert [s.id for s in store.parked("g")] == [urgent]  # no slots set: the job's limit, 1
     store.set_slots("g", 4)
     assert [s.id for s in store.parked("g")] == [urgent, first, second, spawned]
@@ -204,6 +205,7 @@ def test_parked_lists_a_keys_waiting_jobs_in_claim_order_as_many_as_it_has_free_
     running.hold_worker_lock()
     assert running.start()
     assert [s.id for s in store.parked("g")] == [first, second, spawned]  # 3 slots free
+    assert {"name": "g", "slots": 4, "running": 1, "waiting": 5} in store.groups()
     store.set_slots("g", 1)
     assert store.parked("g") == []  # full
     assert len(store.parked("other")) == 1

@@ -1508,10 +1508,10 @@ def group_set(name: str, slots: int | None, unset: bool, store_url: str | None) 
 @json_option
 @store_option
 def group_ls(as_json: bool, store_url: str | None) -> None:
-    """Groups and limit keys: their slots and the jobs running now."""
+    """Groups and limit keys: their slots, the jobs running now, and the command and spawned
+    jobs waiting to start (parked for a slot, or delayed)."""
     with _open(store_url) as store:
-        usage = store.slots()
-    docs = [{"name": k, "slots": s, "running": r} for k, (s, r) in usage.items()]
+        docs = store.groups()
     if as_json:
         click.echo(render.dumps({"groups": docs}))
         return
@@ -1519,10 +1519,10 @@ def group_ls(as_json: bool, store_url: str | None) -> None:
         click.echo("no groups")
         return
     width = max(4, *(len(str(d["name"])) for d in docs))
-    click.echo(f"{'NAME':<{width}}  SLOTS  RUNNING")
+    click.echo(f"{'NAME':<{width}}  SLOTS  RUNNING  WAITING")
     for d in docs:
         slots = "-" if d["slots"] is None else str(d["slots"])
-        click.echo(f"{d['name']:<{width}}  {slots:<5}  {d['running']}")
+        click.echo(f"{d['name']:<{width}}  {slots:<5}  {d['running']:<7}  {d['waiting']}")
 
 
 @cli.command()

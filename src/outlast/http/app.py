@@ -387,9 +387,9 @@ def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
 
     @routes.get("/groups", response_model=GroupPage, tags=["groups"], responses=_errors(*denied))
     def list_groups() -> Response:
-        """Concurrency keys (command groups, limit keys): their slots and running jobs."""
-        docs = [{"name": k, "slots": n, "running": r} for k, (n, r) in store.slots().items()]
-        return JSONResponse({"groups": docs})
+        """Concurrency keys (command groups, limit keys): their slots, running jobs, and the
+        command and spawned jobs waiting to start (parked for a slot, or delayed)."""
+        return JSONResponse({"groups": store.groups()})
 
     @routes.put(
         "/groups/{name}",
@@ -400,8 +400,9 @@ def _action_routes(store: Store, denied: tuple[int, ...]) -> APIRouter:
     def set_group(name: Annotated[str, FastPath(max_length=200)], body: SetSlots) -> Response:
         """Set (or, with null, unset) how many jobs of the key run at once."""
         api.set_slots(name, body.slots, store)
-        slots, running = store.slots().get(name, (body.slots, 0))
-        return JSONResponse({"name": name, "slots": slots, "running": running})
+        group = {"name": name, "slots": body.slots, "running": 0, "waiting": 0}
+        found = [g for g in store.groups() if g["name"] == name]
+        return JSONResponse(found[0] if found else group)
 
     @routes.get(
         "/jobs/{job_id}/retries",

@@ -70,11 +70,13 @@ class BulkAction(Strict):
 
 
 class Group(BaseModel):
-    """A concurrency key: its slots (null: unset) and the jobs of it running now."""
+    """A concurrency key: its slots (null: unset), the jobs of it running now, and its
+    command and spawned jobs waiting to start (parked for a slot, or delayed)."""
 
     name: str
     slots: int | None
     running: int
+    waiting: int
 
 
 class QueueDoc(BaseModel):

@@ -312,6 +312,26 @@ class Store(abc.ABC):
         a running job."""
         return self._slot_usage()
 
+    def waiting_by_key(self) -> dict[str, int]:
+        """``key -> how many of its command and spawned jobs wait to start`` (parked for a
+        slot, or delayed) for every key that has one; a key's function jobs wait in their
+        queues (:meth:`stats`). Read from the parked jobs' index on the SQL stores."""
+        return dict(sorted(self._waiting_by_key().items()))
+
+    def groups(self) -> builtins.list[dict[str, Any]]:
+        """Every concurrency key with slots set, a running job or a waiting one, as
+        ``{"name", "slots", "running", "waiting"}`` (``outlast group ls``, ``GET /groups``)."""
+        usage, waiting = self._slot_usage(), self._waiting_by_key()
+        return [
+            {
+                "name": key,
+                "slots": usage.get(key, (None, 0))[0],
+                "running": usage.get(key, (None, 0))[1],
+                "waiting": waiting.get(key, 0),
+            }
+            for key in sorted({*usage, *waiting})
+        ]
+
     def retries_of(self, job_id: str) -> builtins.list[str]:
         """The ids of the jobs that retry ``job_id``, oldest first."""
         return self._retries_of(check_id(job_id))
@@ -1071,6 +1091,10 @@ class Store(abc.ABC):
     def _parked(self, key: str, now: datetime, limit: int) -> builtins.list[JobState]:
         """Up to ``limit`` pending jobs of the key that no worker is bound to, due at
         ``now``, command and spawned ones (a few others are fine), in claim order."""
+
+    @abc.abstractmethod
+    def _waiting_by_key(self) -> dict[str, int]:
+        """How many pending command and spawned jobs no worker is bound to each key has."""
 
     @abc.abstractmethod
     def _parked_keys(self) -> Iterable[str]:

@@ -918,6 +918,15 @@ class FilesStore(_local.LocalStore):
         due.sort(key=lambda e: (-e.priority, e.run_after or e.created_at, e.id))
         return self._load_all(e.id for e in due[:limit])
 
+    def _waiting_by_key(self) -> dict[str, int]:
+        with self._translated("count the parked jobs"):
+            entries = self._scan(claiming=True)
+        counts: dict[str, int] = {}
+        for e in entries:
+            if _parked_entry(e) and e.limit_key is not None:
+                counts[e.limit_key] = counts.get(e.limit_key, 0) + 1
+        return counts
+
     def _parked_keys(self) -> set[str]:
         with self._translated("find parked keys"):
             entries = self._scan(claiming=True)

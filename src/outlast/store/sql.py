@@ -1369,6 +1369,13 @@ class SqlStore(Store):
         rows = self._query("find a key's parked jobs", d.sql(sql), (key, d.time(now)))
         return decode_listing(rows)
 
+    def _waiting_by_key(self) -> dict[str, int]:
+        sql = self.dialect.sql(
+            f"SELECT limit_key, count(*) FROM {{jobs}}{self.dialect.using('jobs_parked')}"
+            f" WHERE {PARKED} GROUP BY limit_key"
+        )
+        return {key: int(n) for key, n in self._query("count the parked jobs", sql, ())}
+
     def _parked_keys(self) -> builtins.list[str]:
         scan = self._loose_scan("limit_key", "min", PARKED, "jobs_parked")
         sql = self.dialect.sql(f"{scan} SELECT v FROM p WHERE v IS NOT NULL")

@@ -1008,7 +1008,8 @@ async function loadGroups() {
       h("tr", { "data-id": g.name },
         h("td", {}, h("code", {}, g.name)),
         h("td", {}, g.slots === null ? h("span", { class: "muted", title: "each job's own limit, else 1" }, "—") : String(g.slots)),
-        h("td", {}, String(g.running)))),
+        h("td", {}, String(g.running)),
+        h("td", {}, String(g.waiting)))),
   );
 }
 
