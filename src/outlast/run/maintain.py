@@ -191,7 +191,8 @@ class Maintainer:
         at once. Note when to look again."""
         try:
             waiting = self.store.unclaimed()
-            keys = self.store.parked_keys()
+            usage = self.store.slots()
+            keys = [key for key in self.store.parked_keys() if _may_have_room(usage.get(key))]
         except Exception as exc:
             log.warning("maintenance: cannot look for jobs nobody took: %s", exc)
             self._strays_at = time.monotonic() + STRAYS_EVERY
@@ -279,6 +280,15 @@ class Maintainer:
                 self.reconciled += 1
         self.sweeps += 1
         return ok
+
+
+def _may_have_room(usage: tuple[int | None, int] | None) -> bool:
+    """Whether a key of ``usage`` (its slots set, its jobs running) may have a free slot:
+    one whose slots are set and all taken has none (one without slots set goes by its
+    jobs' own limits: :meth:`Store.parked` tells)."""
+    if usage is None or usage[0] is None:
+        return True
+    return usage[1] < usage[0]
 
 
 def _stray_in(state: JobState, now: datetime) -> float:

@@ -74,13 +74,30 @@ def _look_at_parked(store: Store, key: str) -> None:
     _parked_looks[(store.url, key)] = now + PARKED_LOOK_EVERY
     if start_parked(store, key):
         return
-    try:
-        dead = [s for s in store.abandoned_jobs(thorough=True) if s.limit_key == key]
-    except OutlastError as exc:
-        log.warning("cannot look for the dead jobs of %s: %s", key, exc)
-        return
-    for state in dead:
+    for state in _dead_holders(store).get(key, []):
         reconcile(store, state)
+
+
+_dead_looks: dict[str, tuple[float, dict[str, list[JobState]]]] = {}
+
+
+def _dead_holders(store: Store) -> dict[str, list[JobState]]:
+    """The store's live jobs of a concurrency key whose workers are gone, by key: one look
+    (:meth:`Store.abandoned_jobs`) a second per store in this process, however many keys
+    its readers ask about. Empty when the store cannot say (the maintainer looks again)."""
+    now = time.monotonic()
+    seen = _dead_looks.get(store.url)
+    if seen is not None and now < seen[0]:
+        return seen[1]
+    found: dict[str, list[JobState]] = {}
+    try:
+        for state in store.abandoned_jobs(thorough=True):
+            if state.limit_key is not None:
+                found.setdefault(state.limit_key, []).append(state)
+    except OutlastError as exc:
+        log.warning("cannot look for the jobs of dead workers: %s", exc)
+    _dead_looks[store.url] = (now + PARKED_LOOK_EVERY, found)
+    return found
 
 
 def start_parked(store: Store, key: str) -> int:
