@@ -580,8 +580,8 @@ def run_command(
 
     ``group``: a pueue-style group (a concurrency key): the job waits ``pending`` while the
     group's slots (``outlast group set NAME --slots N``; 1 by default) are all taken,
-    *parked*, with no process of its own; when a job of the group ends, its worker starts
-    the supervisor of the next one in claim order (highest priority, then the oldest).
+    *parked*, with no process of its own; when a job of the group ends, its supervisor runs
+    the next one itself, in claim order (highest priority, then the oldest).
 
     ``delay`` (seconds, ``"15m"``) or ``at`` (an aware time, ISO 8601 text): the
     supervisor starts now and waits for that time (a time already past runs now).

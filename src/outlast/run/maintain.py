@@ -10,7 +10,9 @@ takes over at once). The holder:
 - fires the due schedules (:mod:`outlast.run.schedules`), waking at the next fire time, so a
   schedule fires within milliseconds of its time whatever process holds the lock;
 - restarts the worker of a command or spawned job that nobody took (its supervisor died
-  while it waited for its time, a reboot), once it is ``reap.STRANDED_AFTER`` seconds late;
+  while it waited for its time, a reboot), once it is ``reap.STRANDED_AFTER`` seconds late,
+  and starts the workers of parked jobs whose key has a free slot (one a pool's job freed;
+  a hand-off lost with a killed worker), at most ``RESTART_BATCH`` a pass;
 - removes finished jobs past their retention (``keep=``, ``$OUTLAST_KEEP``) in batches of
   ``PRUNE_BATCH``, each job in its own short transaction, every ``PRUNE_EVERY`` seconds.
 

@@ -377,14 +377,19 @@ def _supervise_job(store: Store, job_id: str, handed_on: bool) -> tuple[int, str
 
 
 def _output_to(store: Store, job_id: str) -> None:
-    """This process's own messages go to the log of the job it runs now."""
+    """This process's own messages go to the log of the job it runs now (if that cannot be
+    opened, they go on where they went)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(
-        store.worker_output_path(job_id),
-        os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-        0o600,
-    )
+    try:
+        fd = os.open(
+            store.worker_output_path(job_id),
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+            0o600,
+        )
+    except OSError as exc:
+        print(f"outlast supervisor: cannot write to job {job_id}'s log: {exc}", file=sys.stderr)
+        return
     try:
         os.dup2(fd, 1)
         os.dup2(fd, 2)

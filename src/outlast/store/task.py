@@ -155,8 +155,9 @@ class Task:
         """Claim the worker lock for the rest of this process's life.
 
         The kernel (or the database server) releases it when the process exits, crashes or
-        is killed; production code lets it go only to park a job whose concurrency key is
-        full (``outlast.run.reap.start_or_park``), before the worker exits. Raises
+        is killed. Production code lets it go only to park a job whose concurrency key is
+        full (``outlast.run.reap.start_or_park``), before the worker exits, and once the job
+        is over, when its supervisor goes on to the next job of its group. Raises
         :class:`WorkerLockHeld` if another live process holds it. Commands started afterwards
         do not inherit it.
         """
