@@ -193,10 +193,12 @@ def test_the_maintainer_goes_on_with_a_group_whose_running_supervisor_was_killed
 
 @pytest.mark.timeout(120)
 def test_waiting_for_a_parked_job_goes_on_past_a_killed_supervisor_with_no_maintainer(
-    store: Store, tmp_path: Path
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where no pool, server or scheduler runs: whoever waits for the parked job reconciles
-    its group's dead job, whose slot then goes to the parked one."""
+    its group's dead job, whose slot then goes to the parked one (once the parked job has
+    waited STRANDED_AFTER: shortened here, as the waiter is this process)."""
+    monkeypatch.setattr(reap, "STRANDED_AFTER", 0.5)
     first, second = _group_behind_a_killed_supervisor(store, tmp_path)
     assert reap.wait_for(store, second, timeout=60).status == Status.SUCCEEDED
     assert store.get(first).status == Status.FAILED
