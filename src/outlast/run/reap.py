@@ -117,8 +117,14 @@ def start_parked(store: Store, key: str) -> int:
     except OutlastError as exc:
         log.warning("cannot look for the parked jobs of %s: %s", key, exc)
         return 0
+    return _start_workers(store, parked)
+
+
+def _start_workers(store: Store, states: list[JobState]) -> int:
+    """Start the worker of each of ``states``; returns how many were started (a failure is
+    logged: the maintainer looks again)."""
     started = 0
-    for state in parked:
+    for state in states:
         try:
             started += start_worker(store, state)
         except OutlastError as exc:
@@ -136,12 +142,7 @@ def take_parked(store: Store, key: str) -> str | None:
         log.warning("cannot look for the parked jobs of %s: %s", key, exc)
         return None
     mine = next((state for state in parked if state.kind == Kind.COMMAND), None)
-    for state in parked:
-        if state is not mine:
-            try:
-                start_worker(store, state)
-            except OutlastError as exc:
-                log.warning("job %s: cannot start its worker: %s", state.id, exc)
+    _start_workers(store, [state for state in parked if state is not mine])
     return None if mine is None else mine.id
 
 
