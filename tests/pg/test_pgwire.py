@@ -165,3 +165,49 @@ def test_answers_larger_than_the_sockets_buffers_never_wedge_the_pipeline(
     statements = [("SELECT repeat(%s, 10)", [big])] * 300  # ~6 MB each way
     [row] = _pgwire.Pipe(conn).run(statements)
     assert row == (big * 10,)
+
+
+def test_a_rolled_back_transaction_leaves_the_statements_prepared_for_later_ones() -> None:
+    """psycopg answers a ``ROLLBACK`` it runs with ``DEALLOCATE ALL`` once it has prepared
+    a statement of its own (a read run five times, as a polled ``get`` is), which took the
+    statements ``Pipe`` had prepared with it: after any transaction that failed (here a
+    cancel of a corrupt job), the next ``create`` failed with "prepared statement
+    "outlast_p1" does not exist". Found when a twelfth schema migration made the store's
+    own opening prepare one; the store now rolls back past psycopg."""
+    from outlast.errors import CorruptJob
+    from outlast.store import open_store
+
+    url = support.make_url()
+    if url is None:
+        pytest.skip("no PostgreSQL server here")
+    try:
+        with open_store(url) as store:
+            first = store.create(name="first")
+            store.create(name="second")  # the insert is prepared now (its second use)
+            for _ in range(6):  # and psycopg prepares this read of its own
+                store.get(first.id)
+            bad = store.create(name="bad")
+            support.write_raw(url, bad.id, b"")
+            with pytest.raises(CorruptJob):
+                store.open(bad.id).cancel()  # a transaction rolled back
+            for _ in range(3):
+                assert store.create(name="later").state().name == "later"
+    finally:
+        support.drop_schema(url)
+
+
+def test_a_session_that_lost_its_prepared_statements_prepares_them_again(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Whatever dropped them (a ``DEALLOCATE ALL`` not the store's, a pooler between), the
+    run that finds a statement gone fails, and the next one prepares it afresh."""
+    sql = "SELECT %s::int4 + 1"
+    pipe = _pgwire.Pipe(conn)
+    assert pipe.run([(sql, [1])]) == [(2,)] and pipe.run([(sql, [2])]) == [(3,)]
+    assert len(prepared(conn)) == 1
+    conn.pgconn.exec_(b"DEALLOCATE ALL")
+    with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+        pipe.run([(sql, [3])])
+    assert pipe.run([(sql, [4])]) == [(5,)]
+    assert pipe.run([(sql, [5])]) == [(6,)]
+    assert len(prepared(conn)) == 1

@@ -32,7 +32,7 @@ import psycopg
 from psycopg import conninfo as pg_conninfo
 
 from outlast.errors import InvalidInput, StoreError
-from outlast.store import common
+from outlast.store import _pgwire, common
 from outlast.store._pgwire import error_of
 from outlast.store.common import log
 
@@ -410,7 +410,7 @@ class Connections:
         except BaseException:
             with contextlib.suppress(psycopg.Error):
                 if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    conn.execute("ROLLBACK")
+                    _pgwire.rollback(conn)
             raise
         finally:
             self._tls.conn = None

@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 
 from outlast.errors import StoreError, WorkerLockHeld
-from outlast.store import _pg
+from outlast.store import _pg, _pgwire
 from outlast.store._pg import Conn
 from outlast.store.common import log
 
@@ -172,7 +172,7 @@ class AdvisoryLocks:
             return  # the server let go of them with the session
         try:
             if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                conn.execute("ROLLBACK")
+                _pgwire.rollback(conn)
             conn.execute(_STRAYS_SQL, (sorted(self._locks.held),))
         except psycopg.Error as exc:
             log.warning("could not let go of a failed claim's worker locks: %s", exc)

@@ -79,6 +79,17 @@ def error_of(result: pq.abc.PGresult) -> psycopg.Error:
     return cls(message or "the statement failed")
 
 
+def rollback(conn: psycopg.Connection[Any]) -> None:
+    """``ROLLBACK`` on ``conn``, sent past psycopg's cursors. psycopg answers a ``ROLLBACK``
+    it runs itself (and a ``DROP`` or ``ALTER``) with ``DEALLOCATE ALL`` once it has prepared
+    a statement of its own (a read it ran five times, such as a polled ``get``), and that
+    takes every statement :class:`Pipe` prepared on the session with it: the next
+    transaction that used one failed with "prepared statement does not exist"."""
+    result = conn.pgconn.exec_(b"ROLLBACK")
+    if result.status != pq.ExecStatus.COMMAND_OK:
+        raise error_of(result)
+
+
 class Pipe:
     """The statements of one round trip of a transaction, sent in libpq's pipeline mode on
     ``conn`` with one sync: each prepared from its second use on the session (with the
@@ -131,7 +142,13 @@ class Pipe:
             self._recover(pg)
             raise
         if failed is not None:
-            raise error_of(failed)
+            error = error_of(failed)
+            if isinstance(error, psycopg.errors.InvalidSqlStatementName):
+                # the session lost what it had prepared (a DEALLOCATE ALL not ours, a
+                # pooler between): prepare again from the next run on
+                session.prepared.clear()
+                session.seen.clear()
+            raise error
         if result is None or result.status != pq.ExecStatus.TUPLES_OK:
             return []
         adapt.set_pgresult(result)
