@@ -32,10 +32,11 @@ install's path comes after it) and compiles it first.
   the store's own part of submit→start.
 
 ``--waiting N`` queues N jobs before ``latency`` or ``claim`` (PostgreSQL's table then
-analyzed): function jobs delayed by a day (``--waiting-kind function``, the default), or due
+analyzed): function jobs delayed by a day (``--waiting-kind function``, the default), due
 command jobs of one group (``command``; pending, as those of a full group wait for their
-supervisors): what a store of scheduled jobs, or a group's queue, costs the claims of the jobs
-due now.
+supervisors), or due function jobs of a concurrency key of one slot that a running job holds
+(``keyed``; a tenant's backlog): what a store of scheduled jobs, a group's queue, or a full
+key's backlog, costs the claims of the jobs due now.
 """
 
 from __future__ import annotations
@@ -161,12 +162,16 @@ WAITING = """
 import os, sys
 from datetime import timedelta
 import outlast
-from outlast.model import utcnow
+from outlast.model import Kind, utcnow
 store = outlast.open_store(os.environ["OUTLAST_STORE"])
 n, kind = int(sys.argv[1]), sys.argv[2]
 later = {"name": "w", "kind": kind, "run_after": utcnow() + timedelta(days=1)}
 if kind == "command":  # due commands of a group, as a full group's wait (no pool's to take)
     later = {"name": "w", "kind": kind, "limit_key": "pair.group"}
+if kind == "keyed":  # due functions of a key whose one slot is taken: a pool passes them over
+    later = {"name": "w", "kind": "function", "limit_key": "pair.full", "limit": 1}
+    store.create(**later)
+    assert len(store.claim(None, 1, None, [Kind.FUNCTION])) == 1  # running (its claimer gone)
 for start in range(0, n, 10_000):
     store.create_many([{} for _ in range(min(10_000, n - start))], later)
 if os.environ["PAIR_SCHEMA"]:  # its statistics, as autovacuum would have them
@@ -206,9 +211,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--waiting-kind",
-        choices=["function", "command"],
+        choices=["function", "command", "keyed"],
         default="function",
-        help="function: delayed by a day; command: due commands of a group (as a full group's)",
+        help="function: delayed by a day; command: due commands of a group (as a full group's);"
+        " keyed: due functions of a concurrency key of one slot, taken",
     )
     parser.add_argument("--limit", type=int, default=1, help="claim: the claim's limit")
     args = parser.parse_args()

@@ -89,9 +89,12 @@ from outlast.store.sql import (
     DUE,
     DUE_PARTS,
     DUE_RANGE,
+    DUE_TIMES,
     EVENT_INSERT,
+    KEYED,
     LIVE,
     LIVE_STATUSES,
+    ROOM,
     SKEW,
     SLIM_UPDATE,
     Dialect,
@@ -103,12 +106,14 @@ from outlast.store.sql import (
     due_parts,
     fill_name_keys,
     flow_columns,
+    keyed_indexes,
     name_index,
     parked_index,
     priority_probe,
     search_columns,
     tables,
     time_tables,
+    window,
     worker_table,
 )
 from outlast.store.sql import (
@@ -283,14 +288,26 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
         [
             *due_indexes(d, f'"{schema}".jobs_due'),
             f'DROP INDEX IF EXISTS "{schema}".jobs_due_all',
-            *(
-                f"CREATE INDEX IF NOT EXISTS {index.replace('jobs_due', 'jobs_due_all')}"
-                f" ON {d.jobs} ({CLAIM_ORDER}) WHERE {CLAIMABLE} AND {holds}"
-                for index, holds in DUE_PARTS
-            ),
+            *_all_indexes(d),
         ],
         # the jobs parked for a slot of their key, per key in claim order (sql.PARKED)
         [parked_index(d)],
+        # a pool's jobs of a concurrency key apart from the others, and again key by key: a
+        # claim walked every job of a full key in its queues (180 ms with 100,000 waiting)
+        [
+            *keyed_indexes(d, f'"{schema}".jobs_due'),
+            f'DROP INDEX IF EXISTS "{schema}".jobs_due_all',
+            *_all_indexes(d),
+        ],
+    ]
+
+
+def _all_indexes(d: Dialect) -> list[str]:
+    """The indexes of :data:`~outlast.store.sql.DUE_PARTS` in claim order across queues."""
+    return [
+        f"CREATE INDEX IF NOT EXISTS {index.replace('jobs_due', 'jobs_due_all')}"
+        f" ON {d.jobs} ({CLAIM_ORDER}) WHERE {CLAIMABLE} AND {holds}"
+        for index, holds in DUE_PARTS
     ]
 
 
@@ -644,7 +661,7 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         if getattr(self._in_rule, "on", False):
             raise StoreError("postgresql store: claim: a write inside a transition")
         query, parts = self._claim_query(queues, kinds)
-        probes = [x for args in parts for x in args]  # the priorities': each part's
+        probes = [x for args, _ in parts for x in args]  # the priorities': each part's
         seen: list[str] = []
         kept: dict[str, int] = {}  # job id -> lock key, of the jobs claimed
         claimed: list[JobState] = []
@@ -654,10 +671,19 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             held = self._held_keys()
             for _ in range(_CLAIM_ROUNDS):
                 want = limit - len(claimed)
-                reads = [x for args in parts for x in (*args, now + SKEW, now, seen, want)]
+                reads = [
+                    x
+                    for args, part in parts
+                    for x in (*args, now + SKEW, now, seen)
+                    + ((window(want), want) if part == KEYED else (want,))
+                ]
                 got = tx.read(query, (level, *probes, *probes, *reads, held))
                 lower = got[0][6] if got else None  # the next priority down
                 rows = [r[:6] for r in got if r[0] is not None]
+                if got and got[0][8] is not None and got[0][8] >= window(want):
+                    keyed = sum(1 for r in got if r[7] == KEYED)
+                    if keyed < want:  # the window was all full keys: the keys one by one
+                        rows = self._claim_by_key(tx, got, queues, kinds, now, want, held, seen)
                 seen += [r[0] for r in rows]
                 locked, loose = self._locked_rows(tx, rows, kept)
                 starts: list[Write] = self._starts(tx, [r[:3] for r in locked], worker, now, want)
@@ -689,36 +715,96 @@ class PostgresStore(AdvisoryLocks, SqlStore):
 
     def _claim_query(
         self, queues: list[str] | None, kinds: list[Kind] | None
-    ) -> tuple[str, list[list[Any]]]:
+    ) -> tuple[str, list[tuple[list[Any], int]]]:
         """The read of a claim's round: the due jobs of one priority (the highest of its
         queues and kinds, or a given one), earliest due first, skipping rows others have
         locked, each one's worker lock tried; and the next priority down. Each part of
         :data:`~outlast.store.sql.DUE_PARTS` the claim reads is its own range (a pool's
-        claim reads one); and the parameters of each part's condition."""
+        claim reads two: its kinds without a concurrency key, and with one, whose range is
+        walked for a window of :func:`~outlast.store.sql.window` jobs before their room is
+        checked); and the parameters of each part's condition, with the part. Rows ``(id,
+        doc, seq, lock key, lock taken, backend, next priority down, part, keyed jobs
+        walked, priority, due)``."""
         parts: list[str] = []
-        params: list[list[Any]] = []
+        params: list[tuple[list[Any], int]] = []
+        numbers = []
         for part, picked in due_parts(kinds):
             where, args = self._claimable(queues, [Kind(k) for k in picked] or None)
             parts.append(f"{where} AND {DUE_PARTS[part][1]}")
-            params.append(args)
+            params.append((args, part))
+            numbers.append(part)
         highest = [f"({priority_probe('{jobs}', where)})" for where in parts]
         lower = [f"({priority_probe('{jobs}', where, 's.p')})" for where in parts]
         names = ["c"] if len(parts) == 1 else [f"c{i}" for i in range(len(parts))]
-        reads = [
-            f"{names[i]} AS (SELECT id, doc, seq, lock_key, {DUE} AS due FROM {{jobs}} j"
-            f" WHERE {where} AND priority = (SELECT p FROM t) AND {DUE_RANGE}"
-            f" AND id <> ALL(?::text[]) ORDER BY {DUE}, id LIMIT ? FOR UPDATE OF j SKIP LOCKED)"
-            for i, where in enumerate(parts)
-        ]
-        if len(parts) > 1:  # a claim of every kind
+        reads = []
+        walked = "NULL::int8"
+        for i, where in enumerate(parts):
+            level = f"{where} AND priority = (SELECT p FROM t)"
+            if numbers[i] == KEYED:  # a window of the range in claim order, then the room
+                reads.append(
+                    f"w AS (SELECT id FROM {{jobs}} WHERE {level} AND {DUE_TIMES}"
+                    f" AND id <> ALL(?::text[]) ORDER BY {DUE}, id LIMIT ?),"
+                    f" {names[i]} AS (SELECT id, doc, seq, lock_key, {DUE} AS due, {KEYED} AS part"
+                    f" FROM {{jobs}} j WHERE id IN (SELECT id FROM w) AND {ROOM}"
+                    f" ORDER BY {DUE}, id LIMIT ? FOR UPDATE OF j SKIP LOCKED)"
+                )
+                walked = "(SELECT count(*) FROM w)"
+                continue
+            reads.append(
+                f"{names[i]} AS (SELECT id, doc, seq, lock_key, {DUE} AS due,"
+                f" {numbers[i]} AS part FROM {{jobs}} j WHERE {level} AND {DUE_RANGE}"
+                f" AND id <> ALL(?::text[]) ORDER BY {DUE}, id LIMIT ? FOR UPDATE OF j SKIP LOCKED)"
+            )
+        if len(parts) > 1:  # a pool's claim (both parts of its kinds), or of every kind
             reads.append(f"c AS ({' UNION ALL '.join(f'SELECT * FROM {n}' for n in names)})")
+        # s and t materialized: inlined, each "next priority down" probed the highest again
         query = self.dialect.sql(
-            f"WITH s AS (SELECT COALESCE(?::int, {_greatest(highest)}) AS p),"
-            f" t AS (SELECT p, {_greatest(lower)} AS lower FROM s), {', '.join(reads)}"
-            f" SELECT c.id, c.doc, c.seq, c.lock_key, {TRY_LOCK_SQL}, pg_backend_pid(), t.lower"
-            " FROM t LEFT JOIN c ON true ORDER BY c.due, c.id"
+            f"WITH s AS MATERIALIZED (SELECT COALESCE(?::int, {_greatest(highest)}) AS p),"
+            f" t AS MATERIALIZED (SELECT p, {_greatest(lower)} AS lower FROM s),"
+            f" {', '.join(reads)}"
+            f" SELECT c.id, c.doc, c.seq, c.lock_key, {TRY_LOCK_SQL}, pg_backend_pid(), t.lower,"
+            f" c.part, {walked}, t.p, c.due FROM t LEFT JOIN c ON true ORDER BY c.due, c.id"
         )
         return query, params
+
+    def _claim_by_key(
+        self,
+        tx: _Tx,
+        got: list[Row],
+        queues: list[str] | None,
+        kinds: list[Kind] | None,
+        now: datetime,
+        want: int,
+        held: list[int],
+        seen: list[str],
+    ) -> list[Row]:
+        """A claim round's rows ``(id, doc, seq, key, took, backend)`` when the window of its
+        keyed jobs was all jobs of full keys: the round's other rows, and the first due
+        jobs of each key with room, read key by key (:meth:`SqlStore._key_heads`), each
+        row locked and its worker lock tried as the round's own are (but those an earlier
+        round read: a key counted full again when it started them); in claim order."""
+        level = got[0][9]
+        main = [r for r in got if r[0] is not None]
+        ordered = [(r[10], r[0], r[:6]) for r in main]  # (due, id, row): the claim's order
+        taken = {r[0] for r in main} | set(seen)
+        due: dict[str, Any] = {}
+        for queue in queues or self._claimable_queues(kinds):
+            for _, picked in [p for p in due_parts(kinds) if p[0] == KEYED]:
+                for r in self._key_heads(tx.read, queue, picked, level, now, want, []):
+                    if r[0] not in taken:
+                        due[r[0]] = r[4]
+        if due:
+            locked = tx.read(
+                self.dialect.sql(
+                    f"SELECT c.id, c.doc, c.seq, c.lock_key, {TRY_LOCK_SQL}, pg_backend_pid()"
+                    f" FROM {{jobs}} c WHERE c.id = ANY(?::text[]) AND {CLAIMABLE}"
+                    " FOR UPDATE OF c SKIP LOCKED"
+                ),
+                (held, list(due)),
+            )
+            ordered += [(due[r[0]], r[0], r) for r in locked]
+        ordered.sort(key=lambda x: (x[0], x[1]))
+        return [row for _, _, row in ordered]
 
     def _locked_rows(
         self, tx: _Tx, rows: list[Row], kept: dict[str, int]
