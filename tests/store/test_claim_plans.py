@@ -173,23 +173,26 @@ def test_a_sqlite_next_due_reads_the_first_job_of_each_priority_from_the_index(
 
         monkeypatch.setattr(store, "_query", query)
         assert store.next_due(["default"], POOL) == later
-    [(sql, params)] = asked
+    [(sql, params), (keyed, keyed_params)] = asked  # the jobs of no key, then of a key
     conn = sqlite3.connect(path)
     try:
         plan = conn.execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()
+        keyed_plan = conn.execute(f"EXPLAIN QUERY PLAN {keyed}", keyed_params).fetchall()
     finally:
         conn.close()
-    shown = "; ".join(detail for _, _, _, detail in plan)
-    reads = [detail for _, _, _, detail in plan if " jobs " in f"{detail} " or " j " in detail]
+    shown = "; ".join(detail for _, _, _, detail in plan + keyed_plan)
+    both = plan + keyed_plan
+    reads = [detail for _, _, _, detail in both if " jobs " in f"{detail} " or " j " in detail]
     assert reads and all(d.startswith("SEARCH") for d in reads), shown  # no scan of jobs
-    # the jobs it orders are read a priority at a time (each its first), not the queue's;
-    # the keyed jobs' in a window of each priority (the window, and its count)
-    firsts = [d for _, _, _, d in plan if d.startswith("SEARCH j USING INDEX jobs_due ")]
+    # the jobs it orders are read a priority at a time (each its first), not the queue's
+    firsts = [d for _, _, _, d in plan if d.startswith("SEARCH j ")]
     assert firsts == ["SEARCH j USING INDEX jobs_due (queue=? AND priority=?)"], shown
+    assert [p for _, p, _, d in plan if "TEMP B-TREE" in d] == [0], shown  # the firsts only
+    # the keyed jobs' in a window of each priority (the window, and its count), whose rows
+    # alone are sorted (at most sql.window(1))
     window = "SEARCH jobs USING INDEX jobs_due_keyed (queue=? AND priority=?)"
-    assert [d for _, _, _, d in plan if d == window] == [window] * 2, shown
-    # two sorts: the firsts of the priorities, and a window's rows (at most sql.window(1))
-    assert len([d for _, _, _, d in plan if "TEMP B-TREE" in d]) == 2, shown
+    assert [d for _, _, _, d in keyed_plan if d == window] == [window] * 2, shown
+    assert len([d for _, _, _, d in keyed_plan if "TEMP B-TREE" in d]) == 1, shown
 
 
 def test_an_empty_list_of_queues_is_every_queue(store: Store) -> None:

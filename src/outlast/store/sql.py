@@ -460,7 +460,12 @@ def window(want: int) -> int:
 def due_parts(kinds: Sequence[Kind] | None) -> list[tuple[int, tuple[str, ...]]]:
     """The parts of :data:`DUE_PARTS` a read of ``kinds`` (none: every kind) reads, each
     with the kinds it still has to pick (none: every kind the part holds)."""
-    names = {str(k) for k in kinds or ()} or {str(k) for k in Kind}
+    return list(_due_parts(tuple(kinds or ())))
+
+
+@functools.lru_cache(maxsize=64)
+def _due_parts(kinds: tuple[Kind, ...]) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    names = {str(k) for k in kinds} or {str(k) for k in Kind}
     parts: list[tuple[int, tuple[str, ...]]] = []
     pools = tuple(sorted(names - {str(Kind.COMMAND)}))
     if pools:
@@ -468,7 +473,7 @@ def due_parts(kinds: Sequence[Kind] | None) -> list[tuple[int, tuple[str, ...]]]
         parts += [(0, picked), (KEYED, picked)]
     if str(Kind.COMMAND) in names:
         parts.append((2, ()))
-    return parts
+    return tuple(parts)
 
 
 def by_key_index(d: Dialect) -> str:
@@ -584,7 +589,14 @@ def due_query_text(d: Dialect, shapes: tuple[tuple[int, int], ...]) -> str:
     texts = [due_texts(d, part, kinds)[0] for part, kinds in shapes]
     if len(texts) == 1:
         return d.sql(texts[0])
-    return d.sql(" UNION ALL ".join(f"SELECT *, {i} FROM ({t})" for i, t in enumerate(texts)))
+    # and a row of each read's highest priority (NULL: it holds no job), so that a read that
+    # ran short goes down from there, and an empty one not at all, with no read more
+    marks = [
+        f"SELECT NULL, NULL, NULL, ({due_texts(d, part, kinds)[2]}), NULL, {i}"
+        for i, (part, kinds) in enumerate(shapes)
+    ]
+    reads = [f"SELECT *, {i} FROM ({t})" for i, t in enumerate(texts)]
+    return d.sql(" UNION ALL ".join(reads + marks))
 
 
 @functools.lru_cache(maxsize=64)
@@ -1078,18 +1090,27 @@ class SqlStore(Store):
         :meth:`_due_reads`."""
         params: list[Any] = []
         shapes = []
-        for queue, part, picked in self._due_reads(queues, kinds):
-            params += [queue, *picked, queue, *picked, *self._ends(part, now, limit)]
+        reads = self._due_reads(queues, kinds)
+        times = self._range(now)
+        for queue, part, picked in reads:
+            params += [queue, *picked, queue, *picked, *self._ends(part, times, limit)]
             shapes.append((part, len(picked)))
+        if len(reads) > 1:  # each read's highest priority (due_query_text)
+            params += [x for queue, _, picked in reads for x in (queue, *picked)]
         return due_query_text(self.dialect, tuple(shapes)), params
 
-    def _ends(self, part: int, now: datetime, limit: int) -> list[Any]:
-        """The last parameters of a read of :func:`due_texts`: the range's two ends, [the
-        window of the keyed part,] the limit."""
-        d = self.dialect
+    def _range(self, now: datetime) -> list[Any]:
+        """The two ends of a claim's range of due jobs: its clock plus :data:`SKEW`, its
+        clock."""
+        return [self.dialect.time(now + SKEW), self.dialect.time(now)]
+
+    @staticmethod
+    def _ends(part: int, times: list[Any], limit: int) -> list[Any]:
+        """The last parameters of a read of :func:`due_texts`: the range's two ends
+        (:meth:`_range`), [the window of the keyed part,] the limit."""
         if part == KEYED:
-            return [d.time(now + SKEW), d.time(now), window(limit), limit]
-        return [d.time(now + SKEW), d.time(now), limit]
+            return [*times, window(limit), limit]
+        return [*times, limit]
 
     @staticmethod
     def _due_reads(
@@ -1130,13 +1151,17 @@ class SqlStore(Store):
                 found = self._due_below(read, reads[0], now, limit, found)
             return [r[:3] for r in found]
         by_read: dict[int, builtins.list[Row]] = {}
+        highest: dict[int, Any] = {}
         for row in found:
-            by_read.setdefault(row[5], []).append(row)
+            if row[0] is None:  # a read's highest priority
+                highest[row[5]] = row[3]
+            else:
+                by_read.setdefault(row[5], []).append(row)
         rows: builtins.list[Row] = []
         for i, one in enumerate(reads):
             got = by_read.get(i, [])
-            if len(got) < limit:
-                got = self._due_below(read, one, now, limit, got)
+            if len(got) < limit and highest.get(i) is not None:
+                got = self._due_below(read, one, now, limit, got, highest[i])
             rows += got
         rows.sort(key=lambda r: (-r[3], r[4], r[0]))
         return [r[:3] for r in rows[:limit]]
@@ -1148,9 +1173,11 @@ class SqlStore(Store):
         now: datetime,
         limit: int,
         got: builtins.list[Row],
+        highest: int | None = None,
     ) -> builtins.list[Row]:
         """``got`` (all of the due jobs of the highest priority of one read, or none) and the
-        due jobs of the priorities below it, a range each, until ``limit``."""
+        due jobs of the priorities below it, a range each, until ``limit`` (``highest``: the
+        read's highest priority, when known)."""
         d = self.dialect
         queue, part, picked = one
         _, at, top, below = (d.sql(text) for text in due_texts(d, part, len(picked)))
@@ -1158,6 +1185,8 @@ class SqlStore(Store):
         got = list(got)
         if got:
             level = got[0][3]
+        elif highest is not None:
+            level = highest
         else:  # the highest priority's range was read, and empty
             levels = read(top, args)
             if not levels:
@@ -1171,7 +1200,7 @@ class SqlStore(Store):
                 break
             level = levels[0][0]
             want = limit - len(got)
-            found = read(at, [*args, level, *self._ends(part, now, want)])
+            found = read(at, [*args, level, *self._ends(part, self._range(now), want)])
             if part == KEYED and len(found) < want:
                 found = self._by_key(read, one, level, now, want, found)
             got += found
@@ -1258,49 +1287,15 @@ class SqlStore(Store):
         """The earliest due of each queue and priority is the first row of ``jobs_due``
         there that has room: one read of the index for each, not a sort of the queue's
         claimable jobs (67 ms on SQLite, 297 ms on PostgreSQL with 100,000 delayed jobs
-        waiting, after every claim that took all there was; BENCHMARKS.md, issue #18)."""
+        waiting, after every claim that took all there was; BENCHMARKS.md, issue #18). The
+        keyed jobs' (``jobs_due_keyed``) in a window of each priority, and key by key where
+        that window is all jobs of full keys (:meth:`_by_key`)."""
         if not queues:  # every queue (an empty list too, as a filter of none)
             queues = self._claimable_queues(kinds)
         d = self.dialect
-        best: tuple[datetime, datetime | None] | None = None  # (due, run_after), earliest
-        texts: list[str] = []
-        params: list[Any] = []
         reads = self._due_reads(queues, kinds)
-        for i, (queue, part, picked) in enumerate(reads):  # one statement, a branch a read
-            index = DUE_PARTS[part][0]
-            scan = self._loose_scan("priority", "max", due_where(d, part, 0), index)
-            where = due_where(d, part, len(picked))
-            if part != KEYED:
-                texts.append(
-                    f"{scan}, f(id) AS (SELECT (SELECT id FROM {{jobs}} j{d.using(index)}"
-                    f" WHERE {where} AND priority = p.v AND {ROOM}"
-                    f" ORDER BY {CLAIM_ORDER} LIMIT 1) FROM p WHERE p.v IS NOT NULL)"
-                    f" SELECT {DUE} AS due, run_after, CAST(NULL AS INTEGER) AS level, {i} AS n"
-                    " FROM {jobs} JOIN f USING (id) ORDER BY 1 LIMIT 1"
-                )
-                params += [queue, queue, queue, *picked]
-                continue
-            # the keyed jobs: the first with room in a window of each priority, and the
-            # priorities whose window held no such job and was full, to be read key by key
-            size = window(1)
-            walk = f"{{jobs}}{d.using(index)} WHERE {where} AND priority = p.v"
-            texts.append(
-                f"{scan}, f(id, v, n) AS (SELECT (SELECT id FROM {{jobs}} j WHERE j.id IN"
-                f" (SELECT id FROM {walk} ORDER BY {DUE}, id LIMIT {size}) AND {ROOM}"
-                f" ORDER BY {DUE}, id LIMIT 1), p.v, (SELECT count(*) FROM (SELECT 1 FROM"
-                f" {walk} LIMIT {size}) w) FROM p WHERE p.v IS NOT NULL)"
-                f" SELECT {DUE}, run_after, CAST(NULL AS INTEGER), {i} FROM {{jobs}} JOIN f"
-                f" USING (id) UNION ALL SELECT NULL, NULL, v, {i} FROM f"
-                f" WHERE id IS NULL AND n = {size}"
-            )
-            params += [queue, queue, queue, *picked, queue, *picked]
-        if not texts:
-            return None
-        sql = texts[0]
-        if len(texts) > 1:
-            sql = " UNION ALL ".join(f"SELECT * FROM ({t}) n{i}" for i, t in enumerate(texts))
         firsts: list[tuple[Any, Any]] = []
-        for due, run_after, level, n in self._query("next due", d.sql(sql), params):
+        for due, run_after, level, n in self._next_due_rows(reads):
             if level is None:
                 firsts.append((due, run_after))
                 continue
@@ -1309,6 +1304,7 @@ class SqlStore(Store):
             args = [queue, *picked]
             for head in self._query("next due", heads, [*args, *args, *args, level, 1]):
                 firsts.append((head[4], head[7]))
+        best: tuple[datetime, datetime | None] | None = None  # (due, run_after), earliest
         for due, run_after in firsts:
             at = _as_time(due)
             if at is not None and (best is None or at < best[0]):
@@ -1318,6 +1314,45 @@ class SqlStore(Store):
         if best[1] is None:  # due already, unless made by a clock far ahead (see SKEW)
             return max(utcnow(), best[0] - SKEW)
         return best[1]
+
+    def _next_due_rows(
+        self, reads: builtins.list[tuple[str, int, tuple[str, ...]]]
+    ) -> builtins.list[Row]:
+        """``(due, run_after, priority, read)`` of each read of :meth:`_next_due`: its first
+        job with room, or (keyed jobs) a priority whose window held none and was full."""
+        d = self.dialect
+        texts: list[tuple[str, list[Any]]] = []
+        for i, (queue, part, picked) in enumerate(reads):
+            index = DUE_PARTS[part][0]
+            scan = self._loose_scan("priority", "max", due_where(d, part, 0), index)
+            where = due_where(d, part, len(picked))
+            if part != KEYED:
+                text = (
+                    f"{scan}, f(id) AS (SELECT (SELECT id FROM {{jobs}} j{d.using(index)}"
+                    f" WHERE {where} AND priority = p.v AND {ROOM}"
+                    f" ORDER BY {CLAIM_ORDER} LIMIT 1) FROM p WHERE p.v IS NOT NULL)"
+                    f" SELECT {DUE} AS due, run_after, CAST(NULL AS INTEGER) AS level, {i} AS n"
+                    " FROM {jobs} JOIN f USING (id) ORDER BY 1 LIMIT 1"
+                )
+                texts.append((text, [queue, queue, queue, *picked]))
+                continue
+            size = window(1)
+            walk = f"{{jobs}}{d.using(index)} WHERE {where} AND priority = p.v"
+            text = (
+                f"{scan}, f(id, v, n) AS (SELECT (SELECT id FROM {{jobs}} j WHERE j.id IN"
+                f" (SELECT id FROM {walk} ORDER BY {DUE}, id LIMIT {size}) AND {ROOM}"
+                f" ORDER BY {DUE}, id LIMIT 1), p.v, (SELECT count(*) FROM (SELECT 1 FROM"
+                f" {walk} LIMIT {size}) w) FROM p WHERE p.v IS NOT NULL)"
+                f" SELECT {DUE}, run_after, CAST(NULL AS INTEGER), {i} FROM {{jobs}} JOIN f"
+                f" USING (id) UNION ALL SELECT NULL, NULL, v, {i} FROM f"
+                f" WHERE id IS NULL AND n = {size}"
+            )
+            texts.append((text, [queue, queue, queue, *picked, queue, *picked]))
+        if d.name == "postgresql" and len(texts) > 1:  # the reads in one round trip
+            sql = " UNION ALL ".join(f"SELECT * FROM ({t}) n{i}" for i, (t, _) in enumerate(texts))
+            return self._query("next due", d.sql(sql), [x for _, p in texts for x in p])
+        # SQLite: one statement each (it prepared such a union afresh on every run, 0.2 ms)
+        return [row for t, p in texts for row in self._query("next due", d.sql(t), p)]
 
     def _starts(
         self,
