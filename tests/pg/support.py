@@ -95,6 +95,23 @@ def explain(sql: str, params: Sequence[Any]) -> str:
             conn.execute("ROLLBACK")
 
 
+def explain_generic(sql: str, params: Sequence[Any]) -> str:
+    """The generic plan the test server makes for ``sql`` as a prepared statement, as the
+    lock connections run claims (``plan_cache_mode=force_generic_plan``, ``_pg.LOCK_SESSION``);
+    not run."""
+    from psycopg import sql as psql
+
+    from outlast.store import _pgwire
+
+    text = _pgwire.statement(sql, params).decode()
+    with connect() as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE outlast_explained AS {text}")
+        values = ", ".join(psql.Literal(p).as_string(conn) for p in params)
+        rows = conn.execute(f"EXPLAIN EXECUTE outlast_explained({values})")
+        return "\n".join(row[0] for row in rows)
+
+
 def drop_schema(url: str) -> None:
     schema = schema_of(url)
     with contextlib.suppress(Exception), connect() as conn:

@@ -95,9 +95,7 @@ def test_a_sqlite_claim_reads_the_due_range_of_each_queues_highest_priority(
     reads = [d for _, _, _, d in plan if d.startswith(("SEARCH j ", "SCAN j ")) or d == keyed]
     ranges = ["SEARCH j USING INDEX jobs_due (queue=? AND priority=? AND <expr><?)", keyed]
     assert reads == ranges * len(queues or "ab"), plan
-    # the only sort: each keyed read's window (sql.window: 64 rows for a claim of 16)
-    sorts = [detail for _, _, _, detail in plan if "TEMP B-TREE" in detail]
-    assert sorts == ["USE TEMP B-TREE FOR ORDER BY"] * len(queues or "ab"), plan
+    assert not [detail for _, _, _, detail in plan if "TEMP B-TREE" in detail], plan
 
 
 @pytest.mark.parametrize("queues", [None, ["a"]])
@@ -119,11 +117,13 @@ def test_a_postgresql_claim_reads_the_due_range_of_the_highest_priority_from_an_
             assert len(store.claim(None, 2, queues, POOL)) == 2
         [(sql, params)] = [(s, p) for s, p in sent if s.startswith("WITH s AS")]
         plan = support.explain(sql, params)  # while the schema is there
+        generic = support.explain_generic(sql, params)  # the plan the lock connections use
     index = "jobs_due_all" if queues is None else "jobs_due"
-    assert f"Index Scan using {index} on jobs" in plan, plan
-    assert "Seq Scan on jobs" not in plan and "Bitmap" not in plan, plan
-    ranges = [line for line in plan.splitlines() if "Index Cond" in line and "<=" in line]
-    assert ranges and "COALESCE(run_after, created_at) <=" in ranges[0], plan
+    for shown in (plan, generic):
+        assert f"Index Scan using {index} on jobs" in shown, shown
+        assert "Seq Scan on jobs" not in shown and "Bitmap" not in shown, shown
+        ranges = [line for line in shown.splitlines() if "Index Cond" in line and "<=" in line]
+        assert ranges and "COALESCE(run_after, created_at) <=" in ranges[0], shown
 
 
 def test_next_due_is_the_earliest_claimable_job_of_any_priority(store: Store) -> None:

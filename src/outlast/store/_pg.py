@@ -60,8 +60,12 @@ SERVER_KEEPALIVES = {
 #: Settings of a lock connection's session, where claims run. No JIT: a claim's custom
 #: plan (the first five runs of its prepared statement in a session) is costed above
 #: ``jit_above_cost`` once the store holds ~100,000 jobs, and compiling it cost 20-35 ms a
-#: run, for a statement that runs in well under one (BENCHMARKS.md, issue #18).
-LOCK_SESSION = {"jit": "off"}
+#: run, for a statement that runs in well under one (BENCHMARKS.md, issue #18). Generic
+#: plans: the planner costs a custom plan of a claim (its queue, priority and range known)
+#: far below the generic one, so it planned every claim afresh, 0.3-0.8 ms of a claim that
+#: runs in 0.1; every plan a claim's statements can take reads its indexes in order, for
+#: any queue and priority (tests/store/test_claim_plans.py checks the generic plans).
+LOCK_SESSION = {"jit": "off", "plan_cache_mode": "force_generic_plan"}
 
 
 def translated(what: str) -> contextlib.AbstractContextManager[None]:

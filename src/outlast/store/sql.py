@@ -495,6 +495,13 @@ DUE_TIMES = f"{DUE} <= ? AND (run_after IS NULL OR run_after <= ?)"
 DUE_RANGE = f"{DUE_TIMES} AND {ROOM}"
 
 
+def due_range(part: int) -> str:
+    """:data:`DUE_RANGE` of a part of :data:`DUE_PARTS` in SQLite's reads: without the room
+    of a key in the part of the jobs of no key. (PostgreSQL's claim keeps it: without it,
+    its planner took the index across queues for a claim of one.)"""
+    return DUE_TIMES if part == 0 else DUE_RANGE
+
+
 def priority_probe(source: str, where: str, below: str = "") -> str:
     """The highest priority among the rows of ``source`` (``{jobs}``, with its index) where
     ``where`` holds, or the highest one under ``below``."""
@@ -526,15 +533,17 @@ def due_texts(d: Dialect, part: int, kinds: int) -> tuple[str, str, str, str]:
 
     def read(level: str) -> str:
         if part == KEYED:  # a window of the range in claim order, then each job's room
+            # (no ORDER BY outside: SQLite reads the window as a co-routine, in its order,
+            # and stops at the limit; a sort would read and check the whole window first)
             return (
                 f"SELECT id, doc, seq, priority, due FROM (SELECT id, doc, seq, priority,"
                 f" {DUE} AS due, limit_key, limit_slots FROM {{jobs}}{using} WHERE {where}"
                 f" AND priority = {level} AND {DUE_TIMES} ORDER BY {DUE}, id LIMIT ?) j"
-                f" WHERE {ROOM} ORDER BY due, id LIMIT ?"
+                f" WHERE {ROOM} LIMIT ?"
             )
         return (
             f"SELECT id, doc, seq, priority, {DUE} FROM {{jobs}} j{using} WHERE {where}"
-            f" AND priority = {level} AND {DUE_RANGE} ORDER BY {DUE}, id LIMIT ?"
+            f" AND priority = {level} AND {due_range(part)} ORDER BY {DUE}, id LIMIT ?"
         )
 
     return read(f"({top})"), read("?"), top, priority_probe(f"{{jobs}}{using}", where, "?")
@@ -1327,9 +1336,10 @@ class SqlStore(Store):
             scan = self._loose_scan("priority", "max", due_where(d, part, 0), index)
             where = due_where(d, part, len(picked))
             if part != KEYED:
+                room = f" AND {ROOM}" if part else ""  # none to check for jobs of no key
                 text = (
                     f"{scan}, f(id) AS (SELECT (SELECT id FROM {{jobs}} j{d.using(index)}"
-                    f" WHERE {where} AND priority = p.v AND {ROOM}"
+                    f" WHERE {where} AND priority = p.v{room}"
                     f" ORDER BY {CLAIM_ORDER} LIMIT 1) FROM p WHERE p.v IS NOT NULL)"
                     f" SELECT {DUE} AS due, run_after, CAST(NULL AS INTEGER) AS level, {i} AS n"
                     " FROM {jobs} JOIN f USING (id) ORDER BY 1 LIMIT 1"
