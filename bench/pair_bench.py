@@ -35,8 +35,8 @@ install's path comes after it) and compiles it first.
 analyzed): function jobs delayed by a day (``--waiting-kind function``, the default), due
 command jobs of one group (``command``; pending, as those of a full group wait for their
 supervisors), or due function jobs of a concurrency key of one slot that a running job holds
-(``keyed``; a tenant's backlog): what a store of scheduled jobs, a group's queue, or a full
-key's backlog, costs the claims of the jobs due now.
+(``keyed``, for ``claim`` only; a tenant's backlog): what a store of scheduled jobs, a group's
+queue, or a full key's backlog, costs the claims of the jobs due now.
 """
 
 from __future__ import annotations
@@ -218,6 +218,10 @@ def main() -> None:
     )
     parser.add_argument("--limit", type=int, default=1, help="claim: the claim's limit")
     args = parser.parse_args()
+    if args.waiting_kind == "keyed" and args.figure != "claim":
+        # a pool's maintainer would reconcile the holder (its claimer has exited) and run
+        # the key's jobs one by one: the figure would measure that, not the claims
+        parser.error("--waiting-kind keyed is for the claim figure (no pool runs there)")
     trees = [os.path.abspath(args.before), os.path.abspath(args.after)]
     for tree in trees:
         if not os.path.isdir(os.path.join(tree, "outlast")):
