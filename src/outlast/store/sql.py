@@ -1203,13 +1203,14 @@ class SqlStore(Store):
             level = levels[0][0]
         if part == KEYED and len(got) < limit:
             got = self._by_key(read, one, level, now, limit, got)
+        times = self._range(now)
         while len(got) < limit:
             levels = read(below, [*args, level])
             if not levels:
                 break
             level = levels[0][0]
             want = limit - len(got)
-            found = read(at, [*args, level, *self._ends(part, self._range(now), want)])
+            found = read(at, [*args, level, *self._ends(part, times, want)])
             if part == KEYED and len(found) < want:
                 found = self._by_key(read, one, level, now, want, found)
             got += found
@@ -1234,9 +1235,8 @@ class SqlStore(Store):
         queue, _, picked = one
         d = self.dialect
         walked = keyed_texts(d, len(picked))[0]
-        ends = [d.time(now + SKEW), d.time(now)]
         size = window(want)
-        [(count,)] = read(walked, [queue, *picked, level, *ends, size])
+        [(count,)] = read(walked, [queue, *picked, level, *self._range(now), size])
         if int(count) < size:  # the window held every due job of the priority
             return found
         return self._key_heads(read, queue, picked, level, now, want, found)
@@ -1257,7 +1257,7 @@ class SqlStore(Store):
         d = self.dialect
         _, heads, more = keyed_texts(d, len(picked))
         args = [queue, *picked]
-        ends = [d.time(now + SKEW), d.time(now)]
+        ends = self._range(now)
         rows: dict[str, Row] = {r[0]: r[:5] for r in found}
         for head in read(heads, [*args, *args, *args, level, *ends, want]):
             rows.setdefault(head[0], head[:5])
