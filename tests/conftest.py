@@ -32,3 +32,11 @@ def store(store_url: str) -> Iterator[Store]:
         yield opened
     finally:
         opened.close()
+
+
+@pytest.fixture
+def own_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL store's job logs go to the user's state folder: this test's own; and
+    retries come quickly (the detached workers the test starts read both)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("OUTLAST_RETRY_DELAY", "0.05")

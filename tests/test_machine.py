@@ -228,3 +228,21 @@ def test_ids_made_in_one_millisecond_do_not_collide(monkeypatch: pytest.MonkeyPa
     assert len(set(made)) == len(made)
     assert {len(i) for i in made} == {28} and len({i[:12] for i in made}) == 1
     assert all(ids.check_id(i) == i for i in made[:10])
+
+
+def test_a_retry_of_a_long_backoff_lets_its_own_worker_go() -> None:
+    """A supervisor (``keep_worker``) keeps the job bound while it waits out a short
+    backoff itself; a backoff past ``PARK_AFTER`` unbinds the job, which waits parked for
+    the store's timer (outlast.run.timer), holding no process."""
+    job = _running_pipeline().evolve(kind=Kind.COMMAND, pipeline=None, max_attempts=3)
+    error = ErrorInfo("error", "exit status 1")
+    now = utcnow()
+    short = machine.fail(job, 1, error, True, machine.PARK_AFTER / 4, now, keep_worker=True)
+    assert short is not None and short.state.status == Status.PENDING
+    assert short.state.worker == job.worker is not None  # waited out by its supervisor
+    long = machine.fail(job, 1, error, True, machine.PARK_AFTER * 2.1, now, keep_worker=True)
+    assert long is not None and long.state.status == Status.PENDING
+    assert long.state.worker is None and long.state.run_after is not None
+    assert machine.parks_at(long.state.run_after, now)
+    assert not machine.parks_at(short.state.run_after, now)
+    assert not machine.parks_at(None, now)

@@ -29,3 +29,14 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def kill_tree(procs: list[psutil.Process]) -> None:
+    """Kill each process and everything it started (after a test: what its jobs left)."""
+    for proc in procs:
+        try:
+            for child in proc.children(recursive=True):
+                child.kill()
+            proc.kill()
+        except psutil.Error:
+            continue

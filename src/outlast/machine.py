@@ -35,6 +35,16 @@ from outlast.redact import redact, redact_text
 
 JOB_STEP = "job"
 MAX_BACKOFF = 3600.0
+#: Seconds ahead beyond which a command or spawned job waits for its time *parked*, with no
+#: process of its own: the store's timer starts its worker shortly before then
+#: (:mod:`outlast.run.timer`). A nearer time is waited for by the job's own worker.
+PARK_AFTER = 5.0
+
+
+def parks_at(run_after: datetime | None, now: datetime) -> bool:
+    """Whether a command or spawned job due at ``run_after`` waits for it parked, with no
+    process (it is more than :data:`PARK_AFTER` seconds ahead of ``now``)."""
+    return run_after is not None and (run_after - now).total_seconds() > PARK_AFTER
 
 
 @dataclass(frozen=True)
@@ -442,6 +452,9 @@ def fail(
 
     ``keep_worker`` is for a dedicated worker (a command's supervisor) that will retry the job
     itself: the job stays bound to it, so its death while waiting is detected as abandonment.
+    A backoff longer than :data:`PARK_AFTER` unbinds it even so: the worker lets the job go
+    and exits, and the store's timer starts one for the retry (a backoff of an hour holds
+    no process).
     """
     if fenced_out(state, attempt):
         return None
@@ -457,7 +470,7 @@ def fail(
             error=error,
             run_after=now + timedelta(seconds=delay),
             updated_at=now,
-            worker=state.worker if keep_worker else None,
+            worker=state.worker if keep_worker and delay <= PARK_AFTER else None,
         )
         message["retry_in"] = round(delay, 3)
         return Change(new, (NewEvent(JOB_STEP, EventStatus.FAILED, message),), claimable=True)

@@ -6,7 +6,6 @@ that starts a bounded number of workers per pass."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -25,25 +24,16 @@ from outlast.run.api import run_command, set_slots, spawn_job
 from outlast.store import Store
 from tests.pool import jobs_for_tests  # noqa: F401 - registers pt.limited
 from tests.pool.conftest import read_lines
-from tests.waiting import until
+from tests.waiting import kill_tree, until
 
-
-@pytest.fixture(autouse=True)
-def _own_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A PostgreSQL store's job logs go to the user's state folder: this test's own."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("OUTLAST_RETRY_DELAY", "0.05")
+pytestmark = pytest.mark.usefixtures("own_state")
 
 
 @pytest.fixture
 def store(store: Store) -> Iterator[Store]:
     """The store, and after the test, whatever its jobs left running killed."""
     yield store
-    for proc in [*_workers(store.url), *_workers(store.url, module="outlast.run.dedicated")]:
-        with contextlib.suppress(psutil.Error):
-            for child in proc.children(recursive=True):
-                child.kill()
-            proc.kill()
+    kill_tree([*_workers(store.url), *_workers(store.url, module="outlast.run.dedicated")])
 
 
 def _workers(

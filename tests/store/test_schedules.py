@@ -167,16 +167,53 @@ def test_retention_removes_finished_jobs_past_their_keep(store: Store) -> None:
     assert store.events(short) == []
 
 
-def test_unclaimed_lists_command_and_spawned_jobs_nobody_took(store: Store) -> None:
+def test_unclaimed_lists_the_due_command_and_spawned_jobs_nobody_took(store: Store) -> None:
     now = datetime.now(UTC)
     due = store.create(command=["true"]).id
+    past = store.create(command=["true"], run_after=now - timedelta(seconds=1)).id
     later = store.create(command=["true"], run_after=now + timedelta(hours=1)).id
     spawned = store.create(kind="function", name="f", queue="@dedicated").id
     store.create(kind="function", name="f", queue="default")  # a pool's to claim
     taken = store.create(command=["true"])
     taken.start()
     store.create(command=["true"], limit_key="g")  # parked: its key's, see below
-    assert {s.id for s in store.unclaimed()} == {due, later, spawned}
+    assert {s.id for s in store.unclaimed()} == {due, past, spawned}
+    assert {s.id for s in store.unclaimed(now + timedelta(hours=2))} == {due, past, later, spawned}
+
+
+def test_timed_pages_through_the_jobs_waiting_for_their_time_in_time_order(
+    store: Store,
+) -> None:
+    """What the store's timer reads (outlast.run.timer): pending command and spawned jobs
+    with a time of their own that nobody is bound to, by ``(run_after, id)``, after a
+    cursor; not a pool's jobs, not a job without a time, not a taken one."""
+    now = datetime.now(UTC)
+
+    def at(minutes: float, **kw: object) -> str:
+        when = now + timedelta(minutes=minutes)
+        return store.create(command=["true"], run_after=when, **kw).id  # type: ignore[arg-type]
+
+    third, first = at(30), at(-5)
+    second = [at(10), at(10), at(10)]  # the same time: by id
+    keyed = at(20, limit_key="g")
+    spawned = store.create(kind="function", name="f", queue="@dedicated", run_after=now).id
+    store.create(command=["true"])  # no time of its own
+    store.create(kind="function", name="f", run_after=now + timedelta(minutes=1))  # a pool's
+    taken = store.open(at(-1))
+    assert taken.start()
+    ended = store.open(at(2))
+    ended.cancel()
+    expected = [first, spawned, *sorted(second), keyed, third]
+    assert [s.id for s in store.timed()] == expected
+    page = store.timed(limit=3)
+    assert [s.id for s in page] == expected[:3]
+    last = page[-1]
+    assert last.run_after is not None
+    assert [s.id for s in store.timed((last.run_after, last.id), 2)] == expected[3:5]
+    assert [s.id for s in store.timed((last.run_after, last.id))] == expected[3:]
+    assert store.timed((now + timedelta(hours=1), "")) == []
+    with pytest.raises(InvalidInput, match="limit must be at least 1"):
+        store.timed(limit=0)
 
 
 def test_parked_lists_a_keys_waiting_jobs_in_claim_order_as_many_as_it_has_free_slots(

@@ -27,7 +27,7 @@ from typing import Any
 from outlast import config, machine, when
 from outlast.errors import InvalidInput, JobActive, JobNotFound, OutlastError, StoreError
 from outlast.ids import DEDICATED
-from outlast.model import Call, ErrorInfo, Kind, PipelineState, Schedule
+from outlast.model import Call, ErrorInfo, JobState, Kind, PipelineState, Schedule, utcnow
 from outlast.run import registry, schedules, tracing
 from outlast.run import spawn as spawner
 from outlast.run.registry import JobSpec
@@ -526,7 +526,9 @@ def spawn_job(
     limit: int | None = None,
 ) -> Task:
     """Create a job of ``job`` in the reserved ``@dedicated`` queue (pools never claim it)
-    and start its dedicated detached worker (which waits for ``run_after``, if given)."""
+    and start its dedicated detached worker (which waits for a near ``run_after``; one more
+    than :data:`~outlast.machine.PARK_AFTER` seconds ahead, the store's timer starts it
+    then: :mod:`outlast.run.timer`)."""
     spec = _spec(job)
     if spec.module in ("", "__main__"):
         raise InvalidInput(
@@ -552,7 +554,8 @@ def spawn_job(
         limit=limit,
     )
     keyed = limit_key is not None or spec.limit_key is not None
-    if not task.existing and not (keyed and _parked(store, task.id)):  # a live one has its own
+    waits = keyed or machine.parks_at(run_after, utcnow())
+    if not task.existing and not (waits and _parked(store, task.id)):  # a live one has its own
         _start(task, lambda: spawner.spawn_dedicated(store, task.id))
     return task
 
@@ -583,8 +586,11 @@ def run_command(
     *parked*, with no process of its own; when a job of the group ends, its supervisor runs
     the next one itself, in claim order (highest priority, then the oldest).
 
-    ``delay`` (seconds, ``"15m"``) or ``at`` (an aware time, ISO 8601 text): the
-    supervisor starts now and waits for that time (a time already past runs now).
+    ``delay`` (seconds, ``"15m"``) or ``at`` (an aware time, ISO 8601 text): the job
+    waits for that time (a time already past runs now). Up to
+    :data:`~outlast.machine.PARK_AFTER` (5 s) ahead its supervisor starts now and waits;
+    further ahead the job waits *parked*, with no process, and the store's timer starts its
+    supervisor a moment before its time (:mod:`outlast.run.timer`).
     ``timeout`` (seconds, ``"10m"``): each attempt gets SIGTERM then, and SIGKILL after
     ``grace``, and fails with code ``timeout``. ``keep``: how long the finished job is kept
     (default ``$OUTLAST_KEEP``, else forever).
@@ -638,7 +644,8 @@ def run_command(
 
     def start() -> None:
         spawner.adopt_context(store, written, task.id)
-        if group is None or not _parked(store, task.id):
+        waits = group is not None or machine.parks_at(run_after, utcnow())
+        if not (waits and _parked(store, task.id)):
             spawner.spawn_supervisor(store, task.id)
 
     _start(task, start)
@@ -658,9 +665,16 @@ def set_slots(key: str, slots: int | None, store: Store | None = None) -> None:
 
 
 def _parked(store: Store, job_id: str) -> bool:
-    from outlast.run import reap  # not at import: a submit of a function job never needs it
+    """Whether the new command or spawned job waits parked: for its time (the store's timer
+    starts its worker) or for a slot of its key (a freed slot does)."""
+    from outlast.run import timer  # not at import: a submit of a function job never needs it
 
-    return reap.parked_at_start(store, store.get(job_id))
+    return timer.parked_at_start(store, store.get(job_id))
+
+
+def _may_wait(state: JobState) -> bool:
+    """Whether a new job may wait parked (:func:`_parked` reads it again to tell)."""
+    return state.limit_key is not None or machine.parks_at(state.run_after, utcnow())
 
 
 def _start(task: Task, start: Callable[[], Any]) -> None:
@@ -697,16 +711,16 @@ def retry(job_ids: Sequence[str], store: Store | None = None) -> list[Task]:
         if state.kind == Kind.COMMAND:
             task = store.open(state.id)
 
-            def start(state_id: str = state.id, keyed: bool = state.limit_key is not None) -> None:
+            def start(state_id: str = state.id, waits: bool = _may_wait(state)) -> None:
                 written = spawner.write_context(store, os.getcwd(), dict(os.environ))
                 spawner.adopt_context(store, written, state_id)
-                if not (keyed and _parked(store, state_id)):
+                if not (waits and _parked(store, state_id)):
                     spawner.spawn_supervisor(store, state_id)
 
             _start(task, start)
         elif state.queue == DEDICATED:
             task = store.open(state.id)
-            if not (state.limit_key is not None and _parked(store, state.id)):
+            if not (_may_wait(state) and _parked(store, state.id)):
                 _start(task, partial(spawner.spawn_dedicated, store, state.id))
     return [store.open(state.id) for state in made]
 

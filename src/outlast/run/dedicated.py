@@ -1,9 +1,11 @@
 """A dedicated worker: the detached process ``outlast.spawn`` starts for one function job.
 
 It holds the job's worker lock for its whole life, runs each attempt in-process, and waits out
-a delay and the retry backoff itself (the job stays bound to it meanwhile, so its death is seen
-as abandonment). A job whose concurrency key is full is parked: this process lets it go and
-exits, and whoever frees a slot of the key starts a worker for the next parked job
+a near time and a short retry backoff itself (the job stays bound to it meanwhile, so its death
+is seen as abandonment); a time more than ``machine.PARK_AFTER`` seconds ahead is waited for
+parked, with no process: the store's timer starts a worker then (:mod:`outlast.run.timer`).
+A job whose concurrency key is full is parked: this process lets it go and exits, and whoever
+frees a slot of the key starts a worker for the next parked job
 (``outlast.run.reap.start_parked``); each attempt's end here is such a place. Run as
 ``python -m outlast.run.dedicated STORE_URL JOB_ID``.
 
@@ -32,11 +34,11 @@ from functools import partial
 
 from outlast.errors import OutlastError, WorkerLockHeld
 from outlast.model import ErrorCode, ErrorInfo, JobState, Status
-from outlast.run import context, procs, reap
+from outlast.run import context, procs, reap, timer
 from outlast.run.capture import Capture
 from outlast.run.execute import execute
 from outlast.run.presence import present
-from outlast.store import Store, Task, open_store, wait_until_due
+from outlast.store import Store, Task, open_store
 
 #: Seconds between SIGTERM and SIGKILL of what a timed-out job started, unless it says.
 DEFAULT_GRACE = 10.0
@@ -61,9 +63,9 @@ def _run(store: Store, task: Task, job_id: str) -> None:
     # the job's output goes to the database, where any host reads it.
     capture = None if store.capabilities.local_logs else Capture()
     while True:
-        state = wait_until_due(store, job_id)
+        state = timer.wait_or_park(store, task, job_id)
         if state is None or not reap.start_or_park(store, task, state):
-            return  # not pending any more, or parked: its key is full
+            return  # not pending any more, or parked: for its time, for its key
         assert task.attempt is not None
         done = threading.Event()
         watcher = threading.Thread(

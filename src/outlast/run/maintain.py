@@ -9,8 +9,10 @@ takes over at once). The holder:
   fails the job, restarts dedicated workers;
 - fires the due schedules (:mod:`outlast.run.schedules`), waking at the next fire time, so a
   schedule fires within milliseconds of its time whatever process holds the lock;
-- restarts the worker of a command or spawned job that nobody took (its supervisor died
-  while it waited for its time, a reboot), once it is ``reap.STRANDED_AFTER`` seconds late,
+- starts the store's timer (:mod:`outlast.run.timer`) when jobs wait for their time and no
+  timer runs (it was killed), and restarts the worker of a command or spawned job that nobody
+  took (its worker died before taking it, a reboot), once it is ``reap.STRANDED_AFTER``
+  seconds late,
   and starts the workers of parked jobs whose key has a free slot (one a pool's job freed;
   a hand-off lost with a killed worker), at most ``RESTART_BATCH`` a pass;
 - removes finished jobs past their retention (``keep=``, ``$OUTLAST_KEEP``) in batches of
@@ -34,7 +36,7 @@ from datetime import datetime
 
 from outlast import config
 from outlast.model import JobState, utcnow
-from outlast.run import reap, schedules
+from outlast.run import reap, schedules, timer
 from outlast.store import ChangeWatch, MaintenanceLock, Store
 
 log = logging.getLogger("outlast.maintain")
@@ -192,14 +194,19 @@ class Maintainer:
         restored with thousands of queued commands is not thousands of processes started
         at once. Note when to look again."""
         try:
-            waiting = self.store.unclaimed()
+            now = utcnow()
+            waiting = self.store.unclaimed(now)
             usage = self.store.slots()
             keys = [key for key in self.store.parked_keys() if _may_have_room(usage.get(key))]
+            ahead = self.store.timed((now, ""), 1)
         except Exception as exc:
             log.warning("maintenance: cannot look for jobs nobody took: %s", exc)
             self._strays_at = time.monotonic() + STRAYS_EVERY
             return False
-        now, later = utcnow(), list[float]()
+        later = list[float]()
+        if ahead:  # jobs parked for their time: the timer starts them; this looks after
+            timer.ensure(self.store)
+            later.append(max(0.0, _stray_in(ahead[0], now)))
         started = self._restart_unkeyed(waiting, now, later)
         for key in keys:
             if started >= RESTART_BATCH:

@@ -150,7 +150,8 @@ def parked_at_start(store: Store, state: JobState) -> bool:
     """Whether a new command or spawned job waits parked: its concurrency key is full (or
     others of it come first), so no worker is started for it now; whoever frees a slot of
     the key starts one (:func:`start_parked`). A delayed job's worker is started at once, to
-    wait for its time; a job without a key always gets its worker."""
+    wait for its time (one far ahead is the store's timer's:
+    :func:`outlast.run.timer.parked_at_start`); a job without a key always gets its worker."""
     if state.limit_key is None or state.run_after is not None:
         return False
     return not its_turn(store, state.id, state.limit_key)

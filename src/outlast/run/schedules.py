@@ -18,7 +18,7 @@ from typing import Any
 from outlast import cron
 from outlast.errors import InvalidInput
 from outlast.model import Call, JobState, Kind, Schedule
-from outlast.run import reap, registry, spawn
+from outlast.run import registry, spawn, timer
 from outlast.run.registry import JobSpec
 from outlast.store import Store
 
@@ -51,7 +51,7 @@ def start_workers(store: Store, jobs: Sequence[JobState]) -> None:
             cwd, env = job_context(saved)
             written = spawn.write_context(store, cwd or "/", env or dict(os.environ))
             spawn.adopt_context(store, written, job.id)
-            if not reap.parked_at_start(store, job):
+            if not timer.parked_at_start(store, job):
                 spawn.spawn_supervisor(store, job.id)
         except OSError as exc:  # whoever reconciles it tries again (a stray, see reap)
             log.warning("cannot start the supervisor of scheduled job %s: %s", job.id, exc)

@@ -105,3 +105,13 @@ def spawn_dedicated(store: Store, job_id: str) -> int:
     """Start the dedicated worker of a spawned function or pipeline job (also to restart it
     for a retry or after a resume)."""
     return start_detached(store, job_id, ["-m", "outlast.run.dedicated", store.url, job_id])
+
+
+#: The name of the timer's own log, beside the jobs' logs (what it prints about itself).
+TIMER_LOG = "@timer"
+
+
+def spawn_timer(store: Store) -> int:
+    """Start the store's timer (:mod:`outlast.run.timer`); one already running makes this
+    one exit at once."""
+    return start_detached(store, TIMER_LOG, ["-m", "outlast.run.timer", store.url])

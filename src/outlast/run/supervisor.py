@@ -10,8 +10,10 @@ It watches its own job through the store's notification: when the job is cancele
 or taken from it), the command gets SIGTERM and, after the grace period, SIGKILL. A job with a
 ``timeout`` gets the same at its deadline (``$OUTLAST_DEADLINE`` tells the command when, as
 ISO 8601 UTC), and the attempt fails with code ``timeout`` (retried while attempts are left).
-A job with a delay is waited for here: the supervisor is started at once and sleeps until the
-job's time (holding the job's lock, so a cancel wakes it and its death is seen). A job of a
+A job with a near time (up to ``machine.PARK_AFTER``, 5 s, ahead) is waited for here, holding
+the job's lock, so a cancel wakes the supervisor and its death is seen; one further ahead (a
+delay, a retry's long backoff) waits parked with no process, and the store's timer starts its
+supervisor a moment before its time (:mod:`outlast.run.timer`). A job of a
 full group is *parked*: the supervisor lets the job go and exits. A supervisor whose job of a
 group ended runs the group's next parked command itself, in claim order, and whoever else
 frees a slot (a dead worker's job reconciled, ``outlast group set``, the store's maintainer)
@@ -43,10 +45,10 @@ from typing import Any
 
 from outlast.errors import JobNotFound, OutlastError, StoreError, WorkerLockHeld
 from outlast.model import ErrorCode, ErrorInfo, JobState, Status, format_time, utcnow
-from outlast.run import procs, reap
+from outlast.run import procs, reap, timer
 from outlast.run.presence import present
 from outlast.run.spawn import load_context
-from outlast.store import Store, Task, open_store, wait_until_due
+from outlast.store import Store, Task, open_store
 from outlast.store.joblog import LogSink, max_bytes
 
 #: Seconds between SIGTERM and SIGKILL for a job that does not say (``JobState.grace``).
@@ -409,9 +411,9 @@ def _supervise(store: Store, task: Task, job_id: str) -> tuple[int, str | None]:
         return 1, None
     try:
         while True:
-            state = wait_until_due(store, job_id)
+            state = timer.wait_or_park(store, task, job_id)
             if state is None or not reap.start_or_park(store, task, state):
-                return 0, None  # not pending any more, or parked: its key is full
+                return 0, None  # not pending any more, or parked: for its time, for its key
             status = _attempt(store, task, state, log)
             if status != Status.PENDING:
                 return 0, state.limit_key

@@ -20,8 +20,10 @@ from outlast.store.common import log, make_private_dir, worker_name
 from outlast.store.journal import Fate, FileJournal, Journal, Key, journal_name, read_fates
 from outlast.store.locks import WorkerLocks
 
-#: The maintenance lock's file, among the liveness locks.
+#: The maintenance lock's file and the timer lock's (:mod:`outlast.run.timer`), among the
+#: liveness locks.
 MAINTENANCE = "@maintenance.lock"
+TIMER = "@timer.lock"
 #: Seconds between tries of a process waiting to become the store's maintainer.
 MAINTENANCE_POLL = 0.25
 
@@ -36,14 +38,14 @@ class FlockMaintenance:
     every :data:`MAINTENANCE_POLL` seconds (a system call, not a query) by a waiting process,
     and freed by the kernel when its holder dies."""
 
-    def __init__(self, locks: WorkerLocks) -> None:
-        self._locks = locks
+    def __init__(self, locks: WorkerLocks, name: str = MAINTENANCE) -> None:
+        self._locks, self._name = locks, name
         self._fd: int | None = None
         self._stop = threading.Event()
 
     def try_acquire(self) -> bool:
         if self._fd is None:
-            self._fd = self._locks.try_acquire(MAINTENANCE)
+            self._fd = self._locks.try_acquire(self._name)
         return self._fd is not None
 
     def acquire(self) -> bool:
@@ -170,7 +172,11 @@ class LocalParts:
             for job_id in names:
                 removed += self.locks.remove_if_free(job_id)
         with os.scandir(self.liveness.directory) as entries:
-            alive = [e.name for e in entries if e.name.startswith("@") and e.name != MAINTENANCE]
+            alive = [
+                e.name
+                for e in entries
+                if e.name.startswith("@") and e.name not in (MAINTENANCE, TIMER)
+            ]
         for name in alive:
             removed += self.liveness.remove_if_free(name)
         return removed
@@ -263,6 +269,12 @@ class LocalStore(Store):
 
     def maintenance_lock(self) -> MaintenanceLock:
         return FlockMaintenance(self.parts.liveness)
+
+    def timer_lock(self) -> MaintenanceLock:
+        return FlockMaintenance(self.parts.liveness, TIMER)
+
+    def timer_running(self) -> bool:
+        return self.parts.liveness.held(TIMER)
 
     def journal(self, worker: str, label: str) -> Journal:
         return FileJournal(self.parts.journals / journal_name(worker, label))

@@ -340,14 +340,21 @@ class AdvisoryLocks:
                 conn.execute("SELECT pg_stat_clear_snapshot()")  # a fresh pg_stat_activity
 
 
+#: The names whose advisory lock keys (:func:`lock_key`) are the store's maintenance lock
+#: and its timer lock: no job id starts with a NUL.
+MAINTENANCE_LOCK = "\0maintenance"
+TIMER_LOCK = "\0timer"
+
+
 class PgMaintenance:
-    """The maintenance lock of a PostgreSQL store: ``pg_advisory_lock`` on a connection of
+    """The maintenance lock of a PostgreSQL store (or another lock of one process per
+    store: the timer's, a worker's registry entry): ``pg_advisory_lock`` on a connection of
     its own, waited for by the server (no polling); :meth:`interrupt` cancels the wait."""
 
     RETRY = 1.0  # seconds between tries to connect while the server is unreachable
 
-    def __init__(self, db: _pg.Connections, key: int) -> None:
-        self._db, self._key = db, key
+    def __init__(self, db: _pg.Connections, key: int, name: str = "outlast-maintainer") -> None:
+        self._db, self._key, self._name = db, key, name
         self._conn: Conn | None = None
         self._held = False
         self._mutex = threading.Lock()
@@ -360,7 +367,7 @@ class PgMaintenance:
             if conn is not None and _pg.socket_ok(conn):
                 return conn
             try:
-                conn = self._db.connect(application_name="outlast-maintainer")
+                conn = self._db.connect(application_name=self._name)
             except StoreError as exc:
                 log.warning("maintenance lock: %s; retrying", exc)
                 self._stop.wait(self.RETRY)

@@ -609,6 +609,29 @@ class Store(abc.ABC):
         """A new handle on the store's maintenance lock (see :class:`MaintenanceLock`)."""
         raise NotImplementedError(f"{type(self).__name__} has no maintenance lock")
 
+    def timer_lock(self) -> MaintenanceLock:
+        """A new handle on the store's *timer lock*: held by the one process that starts the
+        workers of delayed command and spawned jobs at their time (:mod:`outlast.run.timer`),
+        freed by the kernel (or the server) when it dies, like :meth:`maintenance_lock`."""
+        raise NotImplementedError(f"{type(self).__name__} has no timer lock")
+
+    def timer_running(self) -> bool:
+        """Whether a live process holds the store's timer lock (a probe: takes nothing)."""
+        raise NotImplementedError(f"{type(self).__name__} has no timer lock")
+
+    def timed(
+        self, after: tuple[datetime, str] | None = None, limit: int = 64
+    ) -> builtins.list[JobState]:
+        """The pending command and spawned jobs with a time of their own (``run_after``)
+        that no worker is bound to, in the order of ``(run_after, id)``: the first ``limit``
+        of them after the job ``after`` names (its ``(run_after, id)``; None: from the
+        first). These are what the store's timer starts the workers of, a moment before
+        their time (:mod:`outlast.run.timer`). Read through an index of these jobs alone, so
+        a read costs the same with ten of them waiting or a million."""
+        if limit < 1:
+            raise InvalidInput(f"limit must be at least 1, not {limit}")
+        return self._timed(after, limit)
+
     def next_due(
         self,
         queues: builtins.list[str] | None = None,
@@ -815,14 +838,16 @@ class Store(abc.ABC):
             removed.append(state.id)
         return removed
 
-    def unclaimed(self) -> builtins.list[JobState]:
-        """Pending command and spawned jobs without a concurrency key that no worker holds:
-        each has a worker of its own that takes it at its time; one still untaken a while
-        after that lost its worker (the maintainer starts another, see ``outlast.run.reap``).
-        Those of a concurrency key wait for a slot with no worker: :meth:`parked`."""
+    def unclaimed(self, now: datetime | None = None) -> builtins.list[JobState]:
+        """Pending command and spawned jobs without a concurrency key that no worker holds,
+        due at ``now`` (default: the clock's): each has a worker of its own on its way to
+        take it; one still untaken a while after its time lost its worker (the maintainer
+        starts another, see ``outlast.run.reap``). Those not due yet wait for the store's
+        timer: :meth:`timed`. Those of a concurrency key wait for a slot with no worker:
+        :meth:`parked`."""
         return [
             s
-            for s in self._unclaimed()
+            for s in self._unclaimed(now or utcnow())
             if (s.kind == Kind.COMMAND or s.queue == DEDICATED)
             and s.worker is None
             and s.limit_key is None
@@ -1080,8 +1105,13 @@ class Store(abc.ABC):
         ``keep`` of their own and finished before ``cutoff`` (None: only the first)."""
 
     @abc.abstractmethod
-    def _unclaimed(self) -> builtins.list[JobState]:
-        """Pending command and spawned jobs that no worker holds (a superset is fine)."""
+    def _unclaimed(self, now: datetime) -> builtins.list[JobState]:
+        """Pending command and spawned jobs that no worker holds, due at ``now`` (a superset
+        is fine)."""
+
+    @abc.abstractmethod
+    def _timed(self, after: tuple[datetime, str] | None, limit: int) -> builtins.list[JobState]:
+        """:meth:`timed`, exactly (the timer pages through them by their last row)."""
 
     @abc.abstractmethod
     def _key_usage(self, key: str) -> tuple[int | None, int]:

@@ -895,10 +895,26 @@ class FilesStore(_local.LocalStore):
         due.sort(key=lambda e: (e.finished_at or now, e.id))
         return self._load_all(e.id for e in due[:limit])
 
-    def _unclaimed(self) -> list[JobState]:
+    def _unclaimed(self, now: datetime) -> list[JobState]:
         with self._translated("find unclaimed jobs"):
             entries = self._scan(claiming=True)
-        return self._load_all(e.id for e in entries if _parked_entry(e) and e.limit_key is None)
+        return self._load_all(
+            e.id
+            for e in entries
+            if _parked_entry(e)
+            and e.limit_key is None
+            and (e.run_after is None or e.run_after <= now)
+        )
+
+    def _timed(self, after: tuple[datetime, str] | None, limit: int) -> list[JobState]:
+        with self._translated("find the jobs waiting for their time"):
+            entries = self._scan(claiming=True)
+        timed = sorted(
+            (e.run_after, e.id) for e in entries if _parked_entry(e) and e.run_after is not None
+        )
+        if after is not None:
+            timed = [t for t in timed if t > after]
+        return self._load_all(job_id for _, job_id in timed[:limit])
 
     def _key_usage(self, key: str) -> tuple[int | None, int]:
         with self._translated("count a key's running jobs"):

@@ -72,6 +72,8 @@ from outlast.store._pg import Conn
 from outlast.store._pglisten import PgListener
 from outlast.store._pglocks import (
     HELD_SQL,
+    MAINTENANCE_LOCK,
+    TIMER_LOCK,
     TRY_LOCK_SQL,
     UNLOCK_SQL,
     AdvisoryLocks,
@@ -113,6 +115,7 @@ from outlast.store.sql import (
     search_columns,
     tables,
     time_tables,
+    timed_indexes,
     window,
     worker_table,
 )
@@ -299,6 +302,9 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
             f'DROP INDEX IF EXISTS "{schema}".jobs_due_all',
             *_all_indexes(d),
         ],
+        # the command and spawned jobs that wait for their time with no process, in time
+        # order, for the store's timer (outlast.run.timer; sql.TIMED)
+        [*timed_indexes(d)],
     ]
 
 
@@ -887,7 +893,13 @@ class PostgresStore(AdvisoryLocks, SqlStore):
 
     # ------------------------------------------------------------------ maintenance
     def maintenance_lock(self) -> MaintenanceLock:
-        return PgMaintenance(self._db, lock_key(self.schema, "\0maintenance"))
+        return PgMaintenance(self._db, lock_key(self.schema, MAINTENANCE_LOCK))
+
+    def timer_lock(self) -> MaintenanceLock:
+        return PgMaintenance(self._db, lock_key(self.schema, TIMER_LOCK), "outlast-timer")
+
+    def timer_running(self) -> bool:
+        return self._lock_held(TIMER_LOCK)
 
     def abandoned_jobs(self, thorough: bool = False) -> list[JobState]:
         """One query: the live jobs whose advisory lock nobody holds (``reconcile`` looks at

@@ -393,12 +393,12 @@ LIVE_STATUSES = "('pending', 'running', 'paused')"
 #: Jobs a claim may take (with ``run_after`` passed).
 CLAIMABLE = "status = 'pending' AND worker IS NULL"
 #: Jobs that a worker of their own runs, not a pool: commands and spawned jobs.
-_OWN_WORKER = "(kind = 'command' OR queue = ?)"
+_OWN_WORKER = f"(kind = 'command' OR queue = '{DEDICATED}')"
 #: The jobs that wait for a slot of their concurrency key with no worker (parked command and
 #: spawned jobs; a delayed one's worker holds it while it waits for its time): the rows of
 #: ``jobs_parked``, in claim order per key, so :meth:`Store.parked` reads a key's first ones
 #: and :meth:`Store.parked_keys` the keys, an index step each, however many wait.
-PARKED = f"{CLAIMABLE} AND limit_key IS NOT NULL AND (kind = 'command' OR queue = '{DEDICATED}')"
+PARKED = f"{CLAIMABLE} AND limit_key IS NOT NULL AND {_OWN_WORKER}"
 
 
 def parked_index(d: Dialect) -> str:
@@ -406,6 +406,26 @@ def parked_index(d: Dialect) -> str:
         f"CREATE INDEX IF NOT EXISTS jobs_parked ON {{jobs}} (limit_key, {CLAIM_ORDER})"
         f" WHERE {PARKED}"
     )
+
+
+#: The command and spawned jobs with a time of their own that no worker is bound to: the
+#: rows of ``jobs_timed``, in time order, which the store's timer pages through
+#: (:meth:`Store.timed`), an index step a job, however many wait for their time.
+TIMED = f"{CLAIMABLE} AND run_after IS NOT NULL AND {_OWN_WORKER}"
+
+
+#: The command and spawned jobs of no key and no time of their own that no worker is bound
+#: to: the rows of ``jobs_unclaimed``, each there from its creation until its worker takes
+#: it (a moment), so that the maintainer's look for jobs nobody took (:meth:`Store.unclaimed`)
+#: reads those and the due rows of ``jobs_timed``, not every job waiting for its time.
+UNCLAIMED = f"{CLAIMABLE} AND run_after IS NULL AND limit_key IS NULL AND {_OWN_WORKER}"
+
+
+def timed_indexes(d: Dialect) -> list[str]:
+    return [
+        d.sql(f"CREATE INDEX IF NOT EXISTS jobs_timed ON {{jobs}} (run_after, id) WHERE {TIMED}"),
+        d.sql(f"CREATE INDEX IF NOT EXISTS jobs_unclaimed ON {{jobs}} (id) WHERE {UNCLAIMED}"),
+    ]
 
 
 #: The columns of a new job's row, in the order of :meth:`SqlStore._columns`, its document
@@ -1571,12 +1591,27 @@ class SqlStore(Store):
         )
         return decode_listing(self._query("find expired jobs", d.sql(sql), params))
 
-    def _unclaimed(self) -> builtins.list[JobState]:
+    def _unclaimed(self, now: datetime) -> builtins.list[JobState]:
+        d = self.dialect
         sql = (
-            f"SELECT id, doc FROM {{jobs}} WHERE {CLAIMABLE} AND {_OWN_WORKER}"
-            " AND limit_key IS NULL"
+            f"SELECT id, doc FROM {{jobs}}{d.using('jobs_unclaimed')} WHERE {UNCLAIMED}"
+            f" UNION ALL SELECT id, doc FROM {{jobs}}{d.using('jobs_timed')} WHERE {TIMED}"
+            " AND limit_key IS NULL AND run_after <= ?"
         )
-        rows = self._query("find unclaimed jobs", self.dialect.sql(sql), (DEDICATED,))
+        rows = self._query("find unclaimed jobs", d.sql(sql), (d.time(now),))
+        return decode_listing(rows)
+
+    def _timed(self, after: tuple[datetime, str] | None, limit: int) -> builtins.list[JobState]:
+        d = self.dialect
+        where, params = TIMED, list[Any]()
+        if after is not None:
+            where += " AND (run_after, id) > (?, ?)"
+            params = [d.time(after[0]), after[1]]
+        sql = (
+            f"SELECT id, doc FROM {{jobs}}{d.using('jobs_timed')} WHERE {where}"
+            f" ORDER BY run_after, id LIMIT {int(limit)}"
+        )
+        rows = self._query("find the jobs waiting for their time", d.sql(sql), params)
         return decode_listing(rows)
 
     def _key_usage(self, key: str) -> tuple[int | None, int]:

@@ -60,6 +60,7 @@ from outlast.store.sql import (
     search_columns,
     tables,
     time_tables,
+    timed_indexes,
     worker_table,
 )
 
@@ -145,6 +146,9 @@ MIGRATIONS: tuple[tuple[str | Step, ...], ...] = (
     # a pool's jobs of a concurrency key apart from the others, and again key by key: a
     # claim walked every job of a full key in its queue (107 ms with 100,000 waiting)
     tuple(keyed_indexes(DIALECT, "jobs_due")),
+    # the command and spawned jobs that wait for their time with no process, in time order,
+    # for the store's timer (outlast.run.timer)
+    tuple(timed_indexes(DIALECT)),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
