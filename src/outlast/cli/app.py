@@ -384,8 +384,9 @@ def run(
 ) -> None:
     """Run COMMAND as a detached job and print its id at once.
 
-    Use -- before the command: outlast run --name build -- make -j4. With --in or --at its
-    supervisor starts now and waits for that time.
+    Use -- before the command: outlast run --name build -- make -j4. With --in or --at the
+    job waits for that time: up to 5 s ahead its supervisor starts now and waits; further
+    ahead the job waits with no process, and the store's timer starts it then.
     """
     if not command:
         raise click.UsageError("no command given: outlast run [OPTIONS] -- COMMAND [ARGS]...")

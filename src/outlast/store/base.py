@@ -354,7 +354,7 @@ class Store(abc.ABC):
         job_id: str | None = None,
     ) -> dict[str, Any]:
         """Put this process in the store's registry of workers (``outlast workers``):
-        ``kind`` (``pool``, ``async-pool``, ``server``, ``scheduler``, ``supervisor``,
+        ``kind`` (``pool``, ``async-pool``, ``server``, ``scheduler``, ``timer``, ``supervisor``,
         ``dedicated``), its queues and concurrency, or the one job it runs. Its liveness is a
         lock the kernel (or PostgreSQL) frees when it dies — the job's worker lock for a
         supervisor or dedicated worker, else the process's own — so a dead worker is never
