@@ -98,7 +98,9 @@ class WorkerDoc(BaseModel):
     name: str = Field(description="host:pid")
     host: str
     pid: int | None
-    kind: str = Field(description="pool, async-pool, server, scheduler, supervisor, dedicated")
+    kind: str = Field(
+        description="pool, async-pool, server, scheduler, timer, supervisor, dedicated"
+    )
     queues: list[str]
     concurrency: int | None
     job: str | None = Field(description="the one job of a supervisor or dedicated worker")

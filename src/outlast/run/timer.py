@@ -130,15 +130,15 @@ def wait_or_park(store: Store, task: Task, job_id: str) -> JobState | None:
     :data:`~outlast.machine.PARK_AFTER` seconds ahead (a retry's long backoff): then the
     job is let go, parked, the timer is made sure of, and the worker should exit."""
     try:
-        state = store.get(job_id)
+        state = wait_until_due(store, job_id, unless=parks)
     except JobNotFound:
         return None
-    if parks(state):
-        task.release_worker_lock()
-        log.info("job %s: due at %s; parked for the store's timer", job_id, state.run_after)
-        ensure(store)
-        return None
-    return wait_until_due(store, job_id)
+    if state is None or not parks(state):
+        return state
+    task.release_worker_lock()
+    log.info("job %s: due at %s; parked for the store's timer", job_id, state.run_after)
+    ensure(store)
+    return None
 
 
 class Timer:

@@ -205,11 +205,15 @@ def _read_through_outages(follower: Follower, deadline: float | None) -> Update:
         return update
 
 
-def wait_until_due(store: Store, job_id: str) -> JobState | None:
-    """Sleep until the pending job is due (its ``run_after`` passed); None once it is not
-    pending (canceled, deleted meanwhile, or claimed by someone else). For the job's own
-    dedicated worker, which holds its lock: nothing to reconcile."""
-    updates = follow(store, job_id, events=False, until=_due_or_gone)
+def wait_until_due(
+    store: Store, job_id: str, unless: Callable[[JobState], bool] | None = None
+) -> JobState | None:
+    """Sleep until the pending job is due (its ``run_after`` passed), or ``unless(state)``
+    (then that state is returned at once); None once it is not pending (canceled, deleted
+    meanwhile, or claimed by someone else). For the job's own dedicated worker, which holds
+    its lock: nothing to reconcile."""
+    until = _due_or_gone if unless is None else lambda s: unless(s) or _due_or_gone(s)
+    updates = follow(store, job_id, events=False, until=until)
     state = deque(updates, maxlen=1)[0][0]  # the last update's state
     return state if state.status == Status.PENDING else None
 
