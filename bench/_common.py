@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from outlast.ids import new_id
@@ -97,3 +101,52 @@ def table(rows: list[list[Any]]) -> str:
     return "\n".join(
         "  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows
     )
+
+
+def run_in_tree(src: str, script: str, kind: str, pg: str, *args: str) -> dict[str, Any]:
+    """Run ``script`` (Python text) in a fresh process with the ``outlast`` of ``src`` first
+    on ``PYTHONPATH``, on a fresh store of ``kind`` (its URL is the script's first argument,
+    ``args`` follow); returns the JSON object its last line prints. A PostgreSQL store's
+    schema is dropped after. For the before/after benchmarks (``git worktree add``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o700)
+        if kind == "sqlite":
+            url = f"sqlite://{Path(tmp)}/s.db"
+        else:
+            url = f"{pg}?schema=bench_{uuid.uuid4().hex[:10]}"
+        env = dict(os.environ, PYTHONPATH=src, XDG_STATE_HOME=f"{tmp}/state")
+        try:
+            out = subprocess.run(
+                [sys.executable, "-c", script, url, *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1200,
+                check=False,
+            )
+        finally:
+            _drop_schema(url)
+        if out.returncode != 0:
+            raise SystemExit(f"a run failed:\n{out.stderr[-3000:]}")
+        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _drop_schema(url: str) -> None:
+    if "schema=" not in url:
+        return
+    import psycopg
+
+    base, schema = url.split("?schema=")
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def alternate(reps: int, run: Callable[[str], dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``run("before")`` and ``run("after")`` ``reps`` times each, alternating which goes
+    first; each result is printed as it comes. Returns the results by side."""
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    for rep in range(reps):
+        for side in ("before", "after") if rep % 2 == 0 else ("after", "before"):
+            runs[side].append(run(side))
+            print(side, json.dumps(runs[side][-1]), flush=True)
+    return runs

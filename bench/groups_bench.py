@@ -21,14 +21,10 @@ CLI's start-up), then waited for. Printed per side, medians over ``--reps``:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
-import uuid
-from pathlib import Path
+
+from _common import alternate, run_in_tree
 
 RUN = r"""
 import json, os, statistics, sys, threading, time
@@ -84,41 +80,8 @@ print(json.dumps({
 """
 
 
-def _url(kind: str, folder: Path, pg: str) -> str:
-    if kind == "sqlite":
-        return f"sqlite://{folder}/s.db"
-    return f"{pg}?schema=gb_{uuid.uuid4().hex[:10]}"
-
-
-def _drop(url: str) -> None:
-    if "schema=" not in url:
-        return
-    import psycopg
-
-    base, schema = url.split("?schema=")
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
 def run_once(src: str, args: argparse.Namespace) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        os.chmod(tmp, 0o700)
-        url = _url(args.store, Path(tmp), args.pg)
-        env = dict(os.environ, PYTHONPATH=src, XDG_STATE_HOME=f"{tmp}/state")
-        try:
-            out = subprocess.run(
-                [sys.executable, "-c", RUN, url, str(args.jobs), str(args.slots), args.command],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=1200,
-                check=False,
-            )
-        finally:
-            _drop(url)
-        if out.returncode != 0:
-            raise SystemExit(f"a run failed:\n{out.stderr[-3000:]}")
-        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    return run_in_tree(src, RUN, args.store, args.pg, str(args.jobs), str(args.slots), args.command)
 
 
 def main() -> None:
@@ -132,11 +95,7 @@ def main() -> None:
     parser.add_argument("--command", default="true")
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
     args = parser.parse_args()
-    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    for rep in range(args.reps):
-        for side in ("before", "after") if rep % 2 == 0 else ("after", "before"):
-            runs[side].append(run_once(getattr(args, side), args))
-            print(side, json.dumps(runs[side][-1]), flush=True)
+    runs = alternate(args.reps, lambda side: run_once(getattr(args, side), args))
     load = os.getloadavg()[0]
     print(
         f"\n{args.store}, {args.jobs} x {args.command!r} in a group of {args.slots},"
