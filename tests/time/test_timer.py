@@ -6,6 +6,7 @@ a sleeping supervisor (23 MB on SQLite, 40 MB and three connections on PostgreSQ
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import threading
@@ -20,7 +21,7 @@ from outlast.machine import PARK_AFTER
 from outlast.model import JobState, Status, utcnow
 from outlast.run import maintain, timer
 from outlast.run.api import run_command, spawn_job
-from outlast.store import Store
+from outlast.store import Store, _local
 from tests.pool import jobs_for_tests  # noqa: F401 - registers pt.noop
 from tests.waiting import alive, kill_tree, until
 
@@ -168,11 +169,8 @@ def test_a_killed_timer_is_started_again_by_the_next_delayed_job_and_by_the_main
     assert sorted(marks.read_text().split()) == sorted([first, second])
 
 
-def test_a_timer_starts_at_most_a_batch_of_workers_a_pass_and_pages_through_the_rest(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """In process, with the worker starts counted instead of made: the jobs within LEAD of
-    their time, a batch a pass; a later one tells how long to sleep; then nothing left."""
+def _counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The timer's worker starts, counted instead of made (in process)."""
     started: list[str] = []
 
     def start_worker(store_: Store, state: JobState) -> bool:
@@ -180,7 +178,15 @@ def test_a_timer_starts_at_most_a_batch_of_workers_a_pass_and_pages_through_the_
         return True
 
     monkeypatch.setattr(timer.reap, "start_worker", start_worker)
-    monkeypatch.setattr(timer, "PAGE", 5)  # several pages a pass
+    return started
+
+
+def test_a_timer_starts_at_most_a_batch_of_workers_a_pass_and_pages_through_the_rest(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jobs past their time, a batch a pass; a later one tells how long to sleep; a
+    full page read says to go on at once; then nothing left."""
+    started = _counted(monkeypatch)
     now = utcnow()
     past = now - timedelta(seconds=1)
     soon = [
@@ -197,6 +203,35 @@ def test_a_timer_starts_at_most_a_batch_of_workers_a_pass_and_pages_through_the_
     store.open(later).cancel()
     assert the_timer.step() is None  # nothing waits past the cursor: the timer may exit
     assert the_timer.started == len(soon)
+    paged = [store.create(command=["true"], run_after=now).id for _ in range(3)]
+    monkeypatch.setattr(timer, "PAGE", 2)
+    assert the_timer.step() == 0.0  # a full page: there may be more, read on at once
+    assert the_timer.step() is None
+    assert started == soon + sorted(paged)
+
+
+def test_a_crowd_of_jobs_of_one_time_is_started_ahead_one_worker_at_a_time(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """30 jobs of the same time: the first worker starts early enough that, one every
+    START_COST, the last still starts LEAD before the time (a hundred Python processes
+    started at once took ~10 s on this machine: BENCHMARKS.md)."""
+    started = _counted(monkeypatch)
+    now = utcnow()
+    due = now + timedelta(seconds=10)
+    crowd = sorted(store.create(command=["true"], run_after=due).id for _ in range(30))
+    first = 10 - timer.LEAD - 29 * timer.START_COST
+    the_timer = timer.Timer(store)
+    monkeypatch.setattr(timer, "utcnow", lambda: now)
+    wait = the_timer.step()
+    assert started == [] and wait == pytest.approx(first)
+    later = now + timedelta(seconds=first + timer.START_COST * 1.5)
+    monkeypatch.setattr(timer, "utcnow", lambda: later)
+    wait = the_timer.step()
+    assert started == crowd[:2] and wait == pytest.approx(timer.START_COST / 2)
+    monkeypatch.setattr(timer, "utcnow", lambda: due)  # past every start: a batch at once
+    assert the_timer.step() == timer.BATCH_PAUSE
+    assert started == crowd[: 2 + timer.BATCH]
 
 
 def test_the_timer_lock_is_one_process_per_store(store: Store) -> None:
@@ -214,3 +249,22 @@ def test_the_timer_lock_is_one_process_per_store(store: Store) -> None:
     assert other.try_acquire()
     other.release()
     assert timer.serve(store) == 0  # nothing waits: it exits at once
+
+
+def test_a_timer_rides_out_a_probe_of_its_lock(store: Store) -> None:
+    """``timer_running`` probes a local store's timer flock with a shared lock; a timer
+    taking the lock at that moment gave up, exited, and a second one was started. Here
+    the probe's lock is held for 50 ms: the timer waits it out and takes the lock."""
+    parts = getattr(store, "parts", None)
+    if parts is None:
+        pytest.skip("PostgreSQL's probe reads pg_locks: it takes nothing")
+    path = parts.liveness.path(_local.TIMER)
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        threading.Timer(0.05, fcntl.flock, (fd, fcntl.LOCK_UN)).start()
+        lock = store.timer_lock()
+        assert timer._take(lock)
+        lock.release()
+    finally:
+        os.close(fd)

@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from outlast.errors import JobNotFound, OutlastError
 from outlast.ids import DEDICATED
@@ -47,12 +47,18 @@ log = logging.getLogger("outlast.timer")
 #: Seconds before a parked job's time that the timer starts its worker (which takes the
 #: job's lock and waits out the rest): a worker's start-up is never the job's delay.
 LEAD = 1.0
+#: Seconds a worker's start takes, about, on a busy machine (a Python process importing
+#: the supervisor: measured 0.1 s a start with a hundred at once on 2 cores,
+#: BENCHMARKS.md). Jobs of the same time are started this far apart, the first ones
+#: earlier, so that the last one still has :data:`LEAD` before its time.
+START_COST = 0.1
 #: Seconds between looks at the store's change watch while the timer sleeps.
 LOOK_EVERY = 1.0
-#: Jobs read at a time, and workers started at most per pass: a store restored with
-#: thousands of jobs past their time, or a thousand jobs of the same minute, start
-#: :data:`BATCH` every :data:`BATCH_PAUSE` seconds, not all at once.
-PAGE = 64
+#: Jobs read at a time: how far ahead the timer plans (a larger crowd of the same time
+#: than this starts late, by :data:`START_COST` a job); and workers started at most per
+#: pass: a store restored with thousands of jobs past their time starts :data:`BATCH`
+#: every :data:`BATCH_PAUSE` seconds, not all at once.
+PAGE = 256
 BATCH = 16
 BATCH_PAUSE = 0.1
 #: Seconds a timer whose store keeps failing goes on trying before it exits (the jobs are
@@ -153,25 +159,24 @@ class Timer:
         self.started = 0
 
     def step(self) -> float | None:
-        """Start the workers of the parked jobs due within :data:`LEAD` (at most
-        :data:`BATCH`); returns the seconds until the next pass is due, or None when no job
-        waits for its time past the cursor."""
+        """Start the workers of the parked jobs whose start is due (at most :data:`BATCH`):
+        each job's worker starts :data:`LEAD` before its time, and a crowd of jobs of the
+        same time :data:`START_COST` apart, ending :data:`LEAD` before it. Returns the
+        seconds until the next pass is due, or None when no job waits for its time past
+        the cursor."""
         now = utcnow()
-        horizon = now + timedelta(seconds=LEAD)
+        page = self.store.timed(self.cursor, PAGE)
         keys: set[str] = set()  # each key's parked jobs are looked at once a pass
         done = 0
-        while True:
-            page = self.store.timed(self.cursor, PAGE)
-            for state in page:
-                assert state.run_after is not None
-                if state.run_after > horizon:
-                    return max(0.0, (state.run_after - horizon).total_seconds())
-                if done >= BATCH:
-                    return BATCH_PAUSE
-                done += self._start(state, now, keys)
-                self.cursor = (state.run_after, state.id)
-            if len(page) < PAGE:
-                return None
+        for state, start_in in zip(page, _start_times(page, now), strict=True):
+            if start_in > 0:
+                return start_in
+            if done >= BATCH:
+                return BATCH_PAUSE
+            assert state.run_after is not None
+            done += self._start(state, now, keys)
+            self.cursor = (state.run_after, state.id)
+        return 0.0 if len(page) == PAGE else None
 
     def _start(self, state: JobState, now: datetime, keys: set[str]) -> int:
         """Start the worker of one parked job whose time is near; 1 if something started."""
@@ -196,6 +201,19 @@ class Timer:
         return int(started)
 
 
+def _start_times(page: list[JobState], now: datetime) -> list[float]:
+    """Seconds from ``now`` until each job of ``page`` (in time order) should get its
+    worker: :data:`LEAD` before its time, and no later than :data:`START_COST` before the
+    next one's start (the latest schedule that starts one worker at a time)."""
+    starts: list[float] = []
+    latest = float("inf")
+    for state in reversed(page):
+        assert state.run_after is not None
+        latest = min((state.run_after - now).total_seconds() - LEAD, latest - START_COST)
+        starts.append(latest)
+    return starts[::-1]
+
+
 def serve(store: Store, stop: threading.Event | None = None) -> int:
     """Be the store's timer until no job waits for its time (or ``stop`` is set); returns
     how many workers it started. Returns 0 at once if another process is the timer."""
@@ -203,13 +221,29 @@ def serve(store: Store, stop: threading.Event | None = None) -> int:
     lock = store.timer_lock()
     timer = Timer(store)
     try:
-        if not lock.try_acquire():
+        if not _take(lock):
             return 0
         with present(store, "timer"):
             _serve(store, timer, lock, stop)
     finally:
         lock.release()
     return timer.started
+
+
+#: Seconds the timer tries for its lock before it takes it as another timer's: on a local
+#: store, :meth:`Store.timer_running` probes the flock with a shared lock for a moment,
+#: and a timer that gave up at such a probe exited, and another was started (two timers
+#: seen at once in a test, one at a time).
+TAKE_FOR = 0.2
+
+
+def _take(lock: MaintenanceLock) -> bool:
+    deadline = time.monotonic() + TAKE_FOR
+    while not lock.try_acquire():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _serve(store: Store, timer: Timer, lock: MaintenanceLock, stop: threading.Event) -> None:
@@ -219,7 +253,7 @@ def _serve(store: Store, timer: Timer, lock: MaintenanceLock, stop: threading.Ev
     try:
         watch.changed()  # the first look is always "changed"
         while not stop.is_set():
-            if not lock.held() and not lock.try_acquire():
+            if not lock.held() and not _take(lock):
                 return  # lost with the database connection, and taken by another timer
             try:
                 wait = timer.step()
@@ -227,7 +261,7 @@ def _serve(store: Store, timer: Timer, lock: MaintenanceLock, stop: threading.Ev
                     lock.release()
                     # a job parked since the last read finds the lock free, and starts a
                     # timer; one parked before it was let go is read here
-                    if not store.timed(timer.cursor, 1) or not lock.try_acquire():
+                    if not store.timed(timer.cursor, 1) or not _take(lock):
                         return
                     continue
                 failing, delay = None, 0.1
