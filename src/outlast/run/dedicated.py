@@ -7,7 +7,7 @@ parked, with no process: the store's timer starts a worker then (:mod:`outlast.r
 A job whose concurrency key is full is parked: this process lets it go and exits, and whoever
 frees a slot of the key starts a worker for the next parked job
 (``outlast.run.reap.start_parked``); each attempt's end here is such a place. Run as
-``python -m outlast.run.dedicated STORE_URL JOB_ID``.
+``python -m outlast.run.dedicated STORE_URL JOB_ID [--wait]`` (as the supervisor's ``--wait``).
 
 A job with a ``timeout``: at its deadline the attempt fails with code ``timeout``, what the
 job started gets SIGTERM and, after the grace period, SIGKILL (this process is their child
@@ -46,7 +46,9 @@ DEFAULT_GRACE = 10.0
 CANCEL_CHECK = 1.0
 
 
-def run_dedicated(store: Store, job_id: str) -> None:
+def run_dedicated(store: Store, job_id: str, wait: bool = False) -> None:
+    """Run the spawned job ``job_id`` to its end (``wait``: the first wait for its time is
+    this process's, however far ahead: spawn.WAIT)."""
     task = store.open(job_id)
     try:
         task.hold_worker_lock()
@@ -55,15 +57,16 @@ def run_dedicated(store: Store, job_id: str) -> None:
     context.install_cancel_handler()
     procs.become_subreaper()
     with present(store, "dedicated", job_id=job_id):
-        _run(store, task, job_id)
+        _run(store, task, job_id, wait)
 
 
-def _run(store: Store, task: Task, job_id: str) -> None:
+def _run(store: Store, task: Task, job_id: str, wait: bool) -> None:
     # On a local store this process's output is the job's log file already; on PostgreSQL
     # the job's output goes to the database, where any host reads it.
     capture = None if store.capabilities.local_logs else Capture()
     while True:
-        state = timer.wait_or_park(store, task, job_id)
+        state = timer.wait_or_park(store, task, job_id, park=not wait)
+        wait = False
         if state is None or not reap.start_or_park(store, task, state):
             return  # not pending any more, or parked: for its time, for its key
         assert task.attempt is not None
@@ -183,16 +186,19 @@ def _stop(state: JobState, stopped: Callable[[], bool]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from outlast.run.spawn import WAIT
+
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m outlast.run.dedicated STORE_URL JOB_ID", file=sys.stderr)
+    wait = args[2:] == [WAIT]
+    if len(args) != 2 and not wait:
+        print(f"usage: python -m outlast.run.dedicated STORE_URL JOB_ID [{WAIT}]", file=sys.stderr)
         return 2
     from outlast.run.registry import inherit_sys_path
 
     inherit_sys_path()
     try:
         with open_store(args[0]) as store:
-            run_dedicated(store, args[1])
+            run_dedicated(store, args[1], wait)
     except OutlastError as exc:
         print(f"outlast worker: {exc}", file=sys.stderr)
         return 1

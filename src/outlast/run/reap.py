@@ -204,22 +204,23 @@ def _stranded(state: JobState) -> bool:
     return (now - since).total_seconds() > STRANDED_AFTER
 
 
-def start_worker(store: Store, state: JobState) -> bool:
+def start_worker(store: Store, state: JobState, wait: bool = False) -> bool:
     """Start the worker of a pending command or spawned job nobody is bound to; False if it
-    could not be (the job then failed, saying why)."""
-    return _restart(store, state) is state
+    could not be (the job then failed, saying why). ``wait``: the worker waits for the
+    job's time however far ahead (the store's timer starts it early on purpose)."""
+    return _restart(store, state, wait) is state
 
 
-def _restart(store: Store, after: JobState) -> JobState:
+def _restart(store: Store, after: JobState, wait: bool = False) -> JobState:
     """Restart the dedicated worker of a pending job nobody is bound to, where pools won't
     (two reconcilers may both start one: the second finds the job taken and exits)."""
     from outlast.run import spawn  # not at import: `outlast ls` and `status` rarely need it
 
     try:
         if after.kind == Kind.COMMAND:
-            spawn.spawn_supervisor(store, after.id)
+            spawn.spawn_supervisor(store, after.id, wait)
         elif after.queue == DEDICATED:
-            spawn.spawn_dedicated(store, after.id)
+            spawn.spawn_dedicated(store, after.id, wait)
     except OSError as exc:  # nobody else would run it: say so on the job, not stranded
         error = ErrorInfo("error", f"cannot restart the job's worker: {exc}", type="OSError")
         return store.open(after.id).fail(error, retry=False)

@@ -96,15 +96,22 @@ def forget_context(store: Store, job_id: str) -> None:
         os.unlink(context_path(store, job_id))
 
 
-def spawn_supervisor(store: Store, job_id: str) -> int:
-    """Start the supervisor of command job ``job_id``."""
-    return start_detached(store, job_id, ["-m", "outlast.run.supervisor", store.url, job_id])
+#: The flag that tells a worker started ahead of its job's time to wait for it, however far
+#: ahead (the store's timer starts a crowd of one time early: outlast.run.timer).
+WAIT = "--wait"
 
 
-def spawn_dedicated(store: Store, job_id: str) -> int:
+def spawn_supervisor(store: Store, job_id: str, wait: bool = False) -> int:
+    """Start the supervisor of command job ``job_id`` (``wait``: see :data:`WAIT`)."""
+    argv = ["-m", "outlast.run.supervisor", store.url, job_id]
+    return start_detached(store, job_id, [*argv, WAIT] if wait else argv)
+
+
+def spawn_dedicated(store: Store, job_id: str, wait: bool = False) -> int:
     """Start the dedicated worker of a spawned function or pipeline job (also to restart it
-    for a retry or after a resume)."""
-    return start_detached(store, job_id, ["-m", "outlast.run.dedicated", store.url, job_id])
+    for a retry or after a resume; ``wait``: see :data:`WAIT`)."""
+    argv = ["-m", "outlast.run.dedicated", store.url, job_id]
+    return start_detached(store, job_id, [*argv, WAIT] if wait else argv)
 
 
 #: The name of the timer's own log, beside the jobs' logs (what it prints about itself).

@@ -26,7 +26,8 @@ running is stopped too. A command that cannot run (not found, not executable) fa
 not retried; one that could not be started for a passing reason (no processes or memory left)
 is retried like a failure.
 
-Run as ``python -m outlast.run.supervisor STORE_URL JOB_ID``.
+Run as ``python -m outlast.run.supervisor STORE_URL JOB_ID [--wait]`` (``--wait``: started by the
+store's timer ahead of the job's time, it waits for it however far ahead).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from outlast.errors import JobNotFound, OutlastError, StoreError, WorkerLockHeld
 from outlast.model import ErrorCode, ErrorInfo, JobState, Status, format_time, utcnow
 from outlast.run import procs, reap, timer
 from outlast.run.presence import present
-from outlast.run.spawn import load_context
+from outlast.run.spawn import WAIT, load_context
 from outlast.store import Store, Task, open_store
 from outlast.store.joblog import LogSink, max_bytes
 
@@ -342,7 +343,7 @@ def _persist(write: Callable[[], JobState], patience: float = 600.0) -> JobState
             delay = min(delay * 2, 10.0)
 
 
-def supervise(store: Store, job_id: str) -> int:
+def supervise(store: Store, job_id: str, wait: bool = False) -> int:
     """Run the command job ``job_id`` to its end; returns the supervisor's exit code. A job of
     a group hands its slot on: this process then runs the group's next parked command job
     itself (its output to that job's log), and so on while the group has parked jobs, so a
@@ -351,11 +352,14 @@ def supervise(store: Store, job_id: str) -> int:
     code = 0
     next_id: str | None = job_id
     while next_id is not None:
-        code, next_id = _supervise_job(store, next_id, next_id != job_id)
+        code, next_id = _supervise_job(store, next_id, next_id != job_id, wait)
+        wait = False
     return code
 
 
-def _supervise_job(store: Store, job_id: str, handed_on: bool) -> tuple[int, str | None]:
+def _supervise_job(
+    store: Store, job_id: str, handed_on: bool, wait: bool = False
+) -> tuple[int, str | None]:
     """Run one job; returns the exit code and the job to run next in this process (None:
     exit)."""
     task = store.open(job_id)
@@ -371,7 +375,7 @@ def _supervise_job(store: Store, job_id: str, handed_on: bool) -> tuple[int, str
         print(f"outlast supervisor: cannot take job {job_id}: {exc}", file=sys.stderr)
         return 0, None
     with present(store, "supervisor", job_id=job_id):
-        code, key = _supervise(store, task, job_id)
+        code, key = _supervise(store, task, job_id, wait)
     if key is None:
         return code, None
     task.release_worker_lock()  # the job is over: nothing of it needs the lock now
@@ -399,9 +403,10 @@ def _output_to(store: Store, job_id: str) -> None:
         os.close(fd)
 
 
-def _supervise(store: Store, task: Task, job_id: str) -> tuple[int, str | None]:
+def _supervise(store: Store, task: Task, job_id: str, wait: bool = False) -> tuple[int, str | None]:
     """Run the job's attempts; returns the exit code and, once an attempt of a job of a
-    concurrency key ended the job, the key, whose slot is to be handed on."""
+    concurrency key ended the job, the key, whose slot is to be handed on. ``wait``: the
+    first wait for the job's time is this process's, however far ahead (spawn.WAIT)."""
     try:
         max_bytes()  # a bad $OUTLAST_LOG_MAX_BYTES fails the job now
         log = store.log_writer(job_id)
@@ -411,7 +416,8 @@ def _supervise(store: Store, task: Task, job_id: str) -> tuple[int, str | None]:
         return 1, None
     try:
         while True:
-            state = timer.wait_or_park(store, task, job_id)
+            state = timer.wait_or_park(store, task, job_id, park=not wait)
+            wait = False
             if state is None or not reap.start_or_park(store, task, state):
                 return 0, None  # not pending any more, or parked: for its time, for its key
             status = _attempt(store, task, state, log)
@@ -441,14 +447,15 @@ def _forget_context(store: Store, job_id: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m outlast.run.supervisor STORE_URL JOB_ID", file=sys.stderr)
+    wait = args[2:] == [WAIT]
+    if len(args) != 2 and not wait:
+        print(f"usage: python -m outlast.run.supervisor STORE_URL JOB_ID [{WAIT}]", file=sys.stderr)
         return 2
     for sig in STOP_SIGNALS:
         signal.signal(sig, SIGNALS.handler)
     try:
         with open_store(args[0]) as store:
-            return supervise(store, args[1])
+            return supervise(store, args[1], wait)
     except _Stop as exc:
         print(f"outlast supervisor: stopped by {exc}", file=sys.stderr)
         return 1

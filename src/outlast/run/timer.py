@@ -45,13 +45,14 @@ from outlast.store import ChangeWatch, MaintenanceLock, Store, Task, open_store,
 log = logging.getLogger("outlast.timer")
 
 #: Seconds before a parked job's time that the timer starts its worker (which takes the
-#: job's lock and waits out the rest): a worker's start-up is never the job's delay.
-LEAD = 1.0
+#: job's lock and waits out the rest): a worker's start-up is never the job's delay. A
+#: supervisor on PostgreSQL, with its connections, took over a second under load.
+LEAD = 3.0
 #: Seconds a worker's start takes, about, on a busy machine (a Python process importing
-#: the supervisor: measured 0.1 s a start with a hundred at once on 2 cores,
-#: BENCHMARKS.md). Jobs of the same time are started this far apart, the first ones
-#: earlier, so that the last one still has :data:`LEAD` before its time.
-START_COST = 0.1
+#: the supervisor and opening the store: 0.1 s on SQLite, more on PostgreSQL, with a
+#: hundred at once on 2 cores, BENCHMARKS.md). Jobs of the same time are started this far
+#: apart, the first ones earlier, so that the last one still has :data:`LEAD` before it.
+START_COST = 0.2
 #: Seconds between looks at the store's change watch while the timer sleeps.
 LOOK_EVERY = 1.0
 #: Jobs read at a time: how far ahead the timer plans (a larger crowd of the same time
@@ -130,13 +131,14 @@ def _running(store: Store) -> bool:
     return False
 
 
-def wait_or_park(store: Store, task: Task, job_id: str) -> JobState | None:
+def wait_or_park(store: Store, task: Task, job_id: str, park: bool = True) -> JobState | None:
     """For a job's own worker, which holds its lock: wait until the pending job is due and
     return its state. None when it is not pending any more, or when its time is more than
     :data:`~outlast.machine.PARK_AFTER` seconds ahead (a retry's long backoff): then the
-    job is let go, parked, the timer is made sure of, and the worker should exit."""
+    job is let go, parked, the timer is made sure of, and the worker should exit. Not so
+    with ``park`` false (a worker the timer started ahead of a crowd of one time)."""
     try:
-        state = wait_until_due(store, job_id, unless=parks)
+        state = wait_until_due(store, job_id, unless=parks if park else None)
     except JobNotFound:
         return None
     if state is None or not parks(state):
@@ -193,7 +195,7 @@ class Timer:
             self.started += started
             return min(started, 1)
         try:
-            started = reap.start_worker(self.store, state)
+            started = reap.start_worker(self.store, state, wait=True)
         except OutlastError as exc:
             log.warning("job %s: cannot start its worker: %s", state.id, exc)
             return 0
