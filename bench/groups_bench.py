@@ -2,7 +2,7 @@
 to drain. How the parked group commands were measured (BENCHMARKS.md).
 
     python bench/groups_bench.py BEFORE_SRC AFTER_SRC [--store sqlite|postgresql]
-        [--jobs 200] [--slots 1] [--reps 3] [--command "true"]
+        [--jobs 200] [--slots 1] [--reps 3] [--command "true"] [--shared]
 
 A source is a folder holding the ``outlast`` package (``git worktree add /tmp/before REV``,
 then ``/tmp/before/src``); each run is a fresh process with it first on ``PYTHONPATH``, on a
@@ -16,6 +16,12 @@ CLI's start-up), then waited for. Printed per side, medians over ``--reps``:
   (the jobs' own times in the store);
 - ``supervisors``: the most supervisor processes of the store alive at once (sampled every
   20 ms), and ``MB``: the most resident memory they held at once.
+
+``--shared``: the group is shared with function jobs (``limit_key="g"``) run by one pool
+(``outlast worker -c 1``). ``--jobs`` times: a function job of the group that takes 0.2 s is
+queued, then, once it runs, a command of the group, which waits parked for the slot; the
+figure is the median gap between the function job's end and the command's start
+(``pool hand-off ms``), and the run's time.
 """
 
 from __future__ import annotations
@@ -80,7 +86,49 @@ print(json.dumps({
 """
 
 
+SHARED = r"""
+import json, os, statistics, subprocess, sys, tempfile, time
+import outlast
+from outlast.run import reap
+
+url, jobs = sys.argv[1], int(sys.argv[2])
+store = outlast.use_store(url)
+outlast.set_slots("g", 1, store)
+folder = tempfile.mkdtemp()
+with open(os.path.join(folder, "shared_jobs.py"), "w") as f:
+    f.write(
+        "import time, outlast\n"
+        "@outlast.job(name='shared.hold', limit_key='g')\n"
+        "def hold() -> None:\n"
+        "    time.sleep(0.2)\n"
+    )
+sys.path.insert(0, folder)
+import shared_jobs
+env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.environ["PYTHONPATH"], folder]))
+argv = [sys.executable, "-m", "outlast", "--store", url, "worker", "-c", "1",
+        "--import", "shared_jobs"]
+pool = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+gaps = []
+t0 = time.monotonic()
+try:
+    for _ in range(jobs):
+        held = shared_jobs.hold.submit()
+        while store.get(held.id).status != "running":
+            time.sleep(0.005)
+        command = outlast.run_command(["true"], group="g", store=store)
+        done = reap.wait_for(store, command.id, timeout=120)
+        assert done.status == "succeeded", done.status
+        gaps.append((done.started_at - store.get(held.id).finished_at).total_seconds() * 1000)
+finally:
+    pool.terminate()
+    pool.wait(30)
+print(json.dumps({"handoff_ms": statistics.median(gaps), "seconds": time.monotonic() - t0}))
+"""
+
+
 def run_once(src: str, args: argparse.Namespace) -> dict[str, float]:
+    if args.shared:
+        return run_in_tree(src, SHARED, args.store, args.pg, str(args.jobs))
     return run_in_tree(src, RUN, args.store, args.pg, str(args.jobs), str(args.slots), args.command)
 
 
@@ -94,9 +142,19 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--command", default="true")
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument(
+        "--shared", action="store_true", help="the group shared with a pool's function jobs"
+    )
     args = parser.parse_args()
     runs = alternate(args.reps, lambda side: run_once(getattr(args, side), args))
     load = os.getloadavg()[0]
+    if args.shared:
+        print(f"\n{args.store}, {args.jobs} hand-offs from a pool's job, load {load:.1f}")
+        for side, found in runs.items():
+            handoff = statistics.median(r["handoff_ms"] for r in found)
+            seconds = statistics.median(r["seconds"] for r in found)
+            print(f"{side:8} pool hand-off ms {handoff:10.1f}   run s {seconds:6.1f}")
+        return
     print(
         f"\n{args.store}, {args.jobs} x {args.command!r} in a group of {args.slots},"
         f" {args.reps} reps, load {load:.1f}"

@@ -4,7 +4,7 @@ alternately, medians. How this session's changes were measured (BENCHMARKS.md).
     python bench/pair_bench.py latency|first|submit|bulk|drain|claim BEFORE_SRC AFTER_SRC
         [--store sqlite|postgresql]
         [--reps 5] [--jobs 200] [--pg postgresql://postgres@127.0.0.1:5432/test]
-        [--waiting N] [--limit L]
+        [--waiting N] [--limit L] [--keys K]
 
 A source is a folder holding the ``outlast`` package (e.g. ``git worktree add /tmp/before
 HEAD~1`` then ``/tmp/before/src``); each run puts it first on ``PYTHONPATH`` (the editable
@@ -25,7 +25,8 @@ install's path comes after it) and compiles it first.
 - ``drain``: ``--jobs`` no-op jobs queued with one ``submit_many`` (not timed), then one
   ``outlast worker -c 2 --burst`` drains them: jobs/s between the first job's first line and
   the last job's return (the jobs' own clocks: no polling), and the worker's wall time
-  (start-up included).
+  (start-up included). ``--keys K``: each job has one of K concurrency keys (a limit no
+  drain reaches), for what keys cost a pool's claims and outcomes.
 - ``claim``: in one process, ``--jobs`` times (after 20 unmeasured): create a function job,
   then time ``store.claim(limit=L)`` (``--limit``, default 1) of a pool's kinds, with a pool's
   journal (the job then succeeds and its lock goes): the p50 and p10 of the claim call in ms,
@@ -61,6 +62,12 @@ import outlast
 
 @outlast.job(name="pair.stamp", attempts=1)
 def stamp() -> list:
+    start = time.time()
+    return [start, time.time()]
+
+
+@outlast.job(name="pair.kstamp", attempts=1, limit=100_000, limit_key="k{key}")
+def kstamp(key: int) -> list:
     start = time.time()
     return [start, time.time()]
 
@@ -127,8 +134,11 @@ import json, os, subprocess, sys, time
 import outlast, pair_jobs
 from outlast.model import Status
 store = outlast.use_store(os.environ["OUTLAST_STORE"])
-n = int(sys.argv[1])
-outlast.submit_many(pair_jobs.stamp, [[] for _ in range(n)])
+n, keys = int(sys.argv[1]), int(sys.argv[3])
+if keys:  # each job of one of `keys` concurrency keys, none of them ever full
+    outlast.submit_many(pair_jobs.kstamp, [[i % keys] for i in range(n)])
+else:
+    outlast.submit_many(pair_jobs.stamp, [[] for _ in range(n)])
 t0 = time.monotonic()
 argv = [sys.executable, "-m", "outlast", "worker", "-c", "2", "--burst", "--import", "pair_jobs"]
 subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -217,6 +227,12 @@ def main() -> None:
         " keyed: due functions of a concurrency key of one slot, taken",
     )
     parser.add_argument("--limit", type=int, default=1, help="claim: the claim's limit")
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=0,
+        help="drain: each job of one of this many concurrency keys (never full); 0: none",
+    )
     args = parser.parse_args()
     if args.waiting_kind == "keyed" and args.figure != "claim":
         # a pool's maintainer would reconcile the holder (its claimer has exited) and run
@@ -266,7 +282,7 @@ def _one(args: argparse.Namespace, tree: str, work: Path) -> list[float]:
             subprocess.run(argv, env=env, check=True)
         if args.figure in ("submit", "bulk", "drain", "claim"):
             script = {"submit": SUBMIT, "bulk": BULK, "drain": DRAIN, "claim": CLAIM}[args.figure]
-            argv = [py, "-c", script, str(args.jobs), str(args.limit)]
+            argv = [py, "-c", script, str(args.jobs), str(args.limit), str(args.keys)]
             out = subprocess.run(argv, env=env, capture_output=True, check=True).stdout
             submitted: list[float] = json.loads(out)
             return submitted

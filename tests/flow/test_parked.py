@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -236,3 +237,83 @@ def test_spawned_jobs_of_a_full_key_wait_parked_and_run_one_at_a_time(
     assert _most_at_once(marks) == 1
     assert sorted(_starts(marks)) == sorted(jobs)
     assert most <= 3, f"{most} dedicated workers at once"  # not one per job
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["processes", "async"])
+def test_a_pools_job_of_a_key_hands_its_slot_to_the_keys_parked_command(
+    store: Store, tmp_path: Path, mode: str
+) -> None:
+    """A key shared by a function job, run by a pool, and a command (``outlast run --group``
+    beside ``limit_key=``): the command waits parked, with no process, while the pool's job
+    holds the key's one slot, and the pool starts its supervisor once that job ended. The
+    test holds the store's maintenance lock and reads with :meth:`Store.get` (which starts
+    nothing), so no maintainer and no reader can start it: only the pool's hand-off."""
+    from outlast.run import registry
+    from outlast.run.api import create_job
+    from tests.jobs import pyjobs
+    from tests.pool.conftest import Harness
+
+    held = store.maintenance_lock()
+    assert held.try_acquire()
+    (tmp_path / "h").mkdir()
+    harness = Harness(tmp_path / "h", store.url)
+    try:
+        set_slots("g", 1, store)
+        gate = tmp_path / "go"
+        if mode == "async":
+            spec, args = registry.lookup("py.anap"), [60.0, None]  # ended by its cancel
+        else:
+            spec, args = registry.lookup("pt.wait_for"), [str(gate)]
+        function = create_job(store, spec, args, limit_key="g").id
+        harness.worker("--import", pyjobs.MODULE, *(["--async"] if mode == "async" else []))
+        until(lambda: store.get(function).status == Status.RUNNING, 30, "the pool's job")
+        marks = tmp_path / "marks.txt"
+        command = run_command(_script(marks, gate, 0.0), group="g", store=store).id
+        assert store.get(command).status == Status.PENDING
+        assert _workers(store.url, command) == []  # parked: no process of its own
+        if mode == "async":
+            store.open(function).cancel()
+        gate.touch()
+        done = until(lambda: (s := store.get(command)).terminal and s, 30, "the command")
+        assert done.status == Status.SUCCEEDED, done
+        assert _starts(marks) == [command]
+        assert store.get(function).finished_at <= done.started_at  # one slot: one at a time
+    finally:
+        harness.close()
+        held.release()
+
+
+def test_a_pools_hand_offs_are_looked_at_together_at_most_every_so_often(store: Store) -> None:
+    """The keys of ended jobs are gathered: one look at the parked keys per period, however
+    many batches of outcomes end meanwhile; jobs without a key cost no look at all, and a
+    pool that stops looks at once."""
+    from outlast.model import Kind
+    from outlast.store import Task
+
+    looks: list[int] = []
+    real = store.parked_keys
+
+    def counted() -> list[str]:
+        looks.append(1)
+        return real()
+
+    store.parked_keys = counted  # type: ignore[method-assign]
+    keyed = [store.create(kind=Kind.FUNCTION, name="f", limit_key=f"k{i}") for i in range(3)]
+    plain = store.create(kind=Kind.FUNCTION, name="f")
+
+    def ended(task: Task) -> Task:
+        return Task(store, task.id, snapshot=store.get(task.id))
+
+    offs = reap.HandOffs(store, every=3600.0)
+    offs.ended([ended(plain)])
+    assert offs.due_at() is None and offs.run() == 0 and looks == []
+    offs.ended([ended(keyed[0])])
+    assert offs.run() == 0 and len(looks) == 1  # the first look is at once
+    offs.ended([ended(keyed[1])])
+    offs.ended([ended(keyed[2])])
+    due = offs.due_at()
+    assert due is not None and due > time.monotonic() + 3000
+    assert offs.run() == 0 and len(looks) == 1  # not yet
+    assert offs.run(force=True) == 0 and len(looks) == 2  # both keys in one look
+    assert offs.due_at() is None

@@ -56,7 +56,7 @@ from outlast.errors import Fail, InvalidInput, OutlastError, StoreError
 from outlast.ids import check_queue
 from outlast.machine import Outcome, error_info
 from outlast.model import JobState, Kind, Status, utcnow
-from outlast.run import context, procs, registry
+from outlast.run import context, procs, reap, registry
 from outlast.run.execute import arun_attempt, transition
 from outlast.run.maintain import Maintainer
 from outlast.run.slots import Outage, pool_store
@@ -129,6 +129,7 @@ class AsyncPool:
         self._unwritten: list[tuple[Task, Outcome]] = []
         self._retry_at = 0.0  # a failed write of outcomes is tried again then
         self._logs = _LogRouter(store)
+        self.hand_offs = reap.HandOffs(store)  # slots of ended jobs' keys (on the store thread)
 
     async def _store(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
@@ -190,6 +191,9 @@ class AsyncPool:
         if self._check_at is not None and now >= self._check_at:
             self._check_at = None
             await self._check_running()
+        hand_off_at = self.hand_offs.due_at()
+        if hand_off_at is not None and now >= hand_off_at:
+            await self._store(self.hand_offs.run)
         if self.stopping and now >= self._stop_at:
             self._stop_running("stop")
         if self.stopping and all(r.atask is None or r.atask.done() for r in self.running.values()):
@@ -210,7 +214,7 @@ class AsyncPool:
         waits = [IDLE_RECHECK]
         if self._unwritten:
             waits.append(self._retry_at - now)
-        for at in (self._due_at, self._check_at):
+        for at in (self._due_at, self._check_at, self.hand_offs.due_at()):
             if at is not None:
                 waits.append(at - now)
         if self.running:
@@ -342,6 +346,8 @@ class AsyncPool:
             self.store.apply_many(items)
         self.store.release_worker_locks([task for task, _ in done])
         self.journal.written({(task.id, task.attempt or 0) for task, _ in done})
+        self.hand_offs.ended([task for task, _ in done])  # a key's slot, to a parked command
+        self.hand_offs.run()
 
     # ------------------------------------------------------------ cancels and locks
     async def _check_running(self) -> None:
@@ -412,6 +418,7 @@ class AsyncPool:
         with contextlib.suppress(StoreError):
             if self._unwritten:
                 await self._flush()
+        await self._store(self.hand_offs.run, True)  # the last ended jobs' slots
         if not self._unwritten:
             await self._store(self.journal.discard)
         await self._store(self.journal.close)  # (kept, when not all is written)

@@ -13,8 +13,8 @@ takes over at once). The holder:
   timer runs (it was killed), and restarts the worker of a command or spawned job that nobody
   took (its worker died before taking it, a reboot), once it is ``reap.STRANDED_AFTER``
   seconds late,
-  and starts the workers of parked jobs whose key has a free slot (one a pool's job freed;
-  a hand-off lost with a killed worker), at most ``RESTART_BATCH`` a pass;
+  and starts the workers of parked jobs whose key has a free slot (a hand-off lost with a
+  killed worker or pool), at most ``RESTART_BATCH`` a pass;
 - removes finished jobs past their retention (``keep=``, ``$OUTLAST_KEEP``) in batches of
   ``PRUNE_BATCH``, each job in its own short transaction, every ``PRUNE_EVERY`` seconds.
 
@@ -189,10 +189,10 @@ class Maintainer:
     def _restart_strays(self) -> bool:
         """Start the worker of each command or spawned job that nobody took a while after
         its time (:data:`reap.STRANDED_AFTER`), and of the parked jobs of each key with a
-        free slot (a key shared with pools' jobs frees its slots without anyone handing them
-        on), at most :data:`RESTART_BATCH` per pass: the rest a sweep later, so a store
-        restored with thousands of queued commands is not thousands of processes started
-        at once. Note when to look again."""
+        free slot (the hand-off of a worker or pool killed after its job ended), at most
+        :data:`RESTART_BATCH` per pass: the rest a sweep later, so a store restored with
+        thousands of queued commands is not thousands of processes started at once. Note
+        when to look again."""
         try:
             now = utcnow()
             waiting = self.store.unclaimed(now)

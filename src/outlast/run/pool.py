@@ -65,7 +65,7 @@ from outlast.errors import InvalidInput, JobNotFound, OutlastError, StoreError
 from outlast.ids import check_queue
 from outlast.machine import Outcome
 from outlast.model import ErrorCode, ErrorInfo, JobState, Kind, Status, utcnow
-from outlast.run import procs, registry
+from outlast.run import procs, reap, registry
 from outlast.run.execute import transition
 from outlast.run.maintain import Maintainer
 from outlast.run.presence import present
@@ -135,6 +135,7 @@ class Pool:
         self._unwritten: list[tuple[Task, Outcome]] = []  # outcomes not written yet
         self._mean_run: float | None = None  # a moving mean of job run times, seconds
         self._flush_at: float | None = None
+        self.hand_offs = reap.HandOffs(self.store)  # slots of ended jobs' keys, to parked jobs
         # The attempt journal (see outlast.store.journal): this process's, and its job
         # processes' (one each, named by the pool's token and the process's PID).
         self.token = os.urandom(4).hex()
@@ -421,6 +422,8 @@ class Pool:
         self.processed += len(done)
         written = {(task.id, task.attempt or 0) for task, _ in done}
         self.journal.written(written)
+        self.hand_offs.ended([task for task, _ in done])  # a key's slot, to a parked command
+        self.hand_offs.run()
         for slot in self.slots:  # told with their next job
             if slot.unacked:
                 slot.acked += [k for k in slot.unacked if k in written]
@@ -783,6 +786,9 @@ class Pool:
             deadlines.append(self._flush_at)
         if self._check_at is not None:
             deadlines.append(self._check_at)
+        hand_off_at = self.hand_offs.due_at()
+        if hand_off_at is not None:
+            deadlines.append(hand_off_at)
         deadlines.append(self._stop_at if self.stopping else now + idle_wait)
         return max(0.0, min(deadlines) - now)
 
@@ -904,6 +910,7 @@ class Pool:
             self._claim_due = True  # woken for a job, or the idle re-check
         if self._flush_at is not None and now >= self._flush_at:
             self._flush()
+        self.hand_offs.run()  # when it is time
         if self._check_at is not None and now >= self._check_at:
             self._check_at = None
             self._check_running()
@@ -939,6 +946,7 @@ class Pool:
             task = self.backlog.popleft()
             task.release()
             task.release_worker_lock()
+        self.hand_offs.run(force=True)  # the last ended jobs' slots, before this pool goes
         for slot in self.slots:
             with contextlib.suppress(OSError, ValueError):
                 slot.conn.send(None)

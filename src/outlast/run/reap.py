@@ -107,8 +107,9 @@ def start_parked(store: Store, key: str) -> int:
 
     Called wherever a slot may have freed: by a spawned job's worker once an attempt ended
     (a command's supervisor runs the next command itself: :func:`take_parked`), when a dead
-    worker's job is reconciled, when a key's slots are set, and by the store's maintainer
-    (which also covers a key shared with pools' jobs, whose pools do not call this). A
+    worker's job is reconciled, when a key's slots are set, by a pool whose jobs of the key
+    ended (:class:`HandOffs`), and by the store's maintainer (the safety net: a worker
+    killed before its hand-off). A
     worker started a moment ago that has not taken its job yet looks parked too, and may get
     a second worker: that one finds the job taken and exits. Never raises for the store: a
     failure is logged, and the maintainer looks again."""
@@ -118,6 +119,61 @@ def start_parked(store: Store, key: str) -> int:
         log.warning("cannot look for the parked jobs of %s: %s", key, exc)
         return 0
     return _start_workers(store, parked)
+
+
+#: Seconds between a pool's looks for the parked jobs of its ended jobs' keys (see
+#: :class:`HandOffs`): a look is one query, and a busy pool writes outcomes every few ms.
+HAND_OFF_EVERY = 0.05
+
+
+class HandOffs:
+    """A pool's hand-off of concurrency slots to parked jobs. When a pool's job of a key
+    ends (``outlast run --group G`` beside ``@job(limit_key=G)``), a slot of the key may
+    have freed, and the key's next parked command or spawned job has no process to take it:
+    the pool starts its worker (:func:`start_parked`), once the job's outcome is written.
+
+    The keys of ended jobs are gathered and looked at together, at most every
+    :data:`HAND_OFF_EVERY` seconds: one :meth:`Store.parked_keys` read (only keys that have
+    parked jobs are read further), so a pool draining keyed jobs pays a query per 50 ms,
+    not one per batch of outcomes. Jobs without a key cost nothing. Exact all the same: a
+    look after the outcome is written sees every job parked before it (one parked later
+    found the slot free and got its worker). A pool killed before its look leaves it to
+    the store's maintainer. :meth:`ended` and :meth:`run` are called from one thread (the
+    async pool's store thread); :meth:`due_at` only reads, from any."""
+
+    def __init__(self, store: Store, every: float = HAND_OFF_EVERY) -> None:
+        self.store, self.every = store, every
+        self._keys: set[str] = set()
+        self._next = 0.0  # monotonic: no look before then
+        #: Workers started (for tests and benchmarks).
+        self.started = 0
+
+    def ended(self, tasks: list[Task]) -> None:
+        """Note the keys of ``tasks``, whose outcomes were just written."""
+        for task in tasks:
+            if task.snapshot is not None and task.snapshot.limit_key is not None:
+                self._keys.add(task.snapshot.limit_key)
+
+    def due_at(self) -> float | None:
+        """The monotonic time of the next look, None when there is nothing to look at."""
+        return max(self._next, time.monotonic()) if self._keys else None
+
+    def run(self, force: bool = False) -> int:
+        """Look now if it is time (or ``force``: a pool that stops); returns the workers
+        started. Never raises for the store: a failure is logged, and the maintainer
+        looks again."""
+        now = time.monotonic()
+        if not self._keys or (now < self._next and not force):
+            return 0
+        keys, self._keys, self._next = self._keys, set(), now + self.every
+        try:
+            waiting = keys.intersection(self.store.parked_keys())
+        except OutlastError as exc:
+            log.warning("cannot look for parked jobs: %s", exc)
+            return 0
+        started = sum(start_parked(self.store, key) for key in sorted(waiting))
+        self.started += started
+        return started
 
 
 def _start_workers(store: Store, states: list[JobState]) -> int:
