@@ -165,7 +165,8 @@ def test_cancel_through_mcp_and_wait_returns_once_the_processes_are_gone(
     script = f"trap '' TERM; echo $$ > {pid_file}; while :; do sleep 0.05; done"
 
     async def session(client: Client) -> None:
-        doc = await call(client, "run_command", argv=["sh", "-c", script])
+        doc = await call(client, "run_command", argv=["sh", "-c", script], grace=1)
+        assert doc["grace"] == 1.0  # SIGKILL a second after the SIGTERM it ignores
         await asyncio.to_thread(until, pid_file.exists, 30, "the command to start")
         pid = int(pid_file.read_text())
         gone = await call(client, "wait", job_id=doc["id"], timeout=0.3)
@@ -313,3 +314,57 @@ def _submit_with_options(harness: Harness) -> None:
     assert states["pt.flaky2"].keep == 86400
     assert states["pt.noop"].limit_key == "t:7" and states["pt.noop"].limit == 2
     assert len(harness.store.list(limit=None)) == 2, "a refused submit left a job behind"
+
+
+def test_run_command_takes_the_options_of_outlast_run(tmp_path: Path) -> None:
+    """group, priority, at, keep, unique_key and on_conflict, as `outlast run` takes them:
+    a group of one slot runs a later, higher-priority command second; the others as stored;
+    their mistakes are error results that leave no job behind."""
+    harness = Harness(tmp_path)
+    marks, gate = tmp_path / "marks", tmp_path / "go"
+    later = (datetime.now(UTC) + timedelta(days=2)).replace(microsecond=0)
+    wait = f"while [ ! -e {gate} ]; do sleep 0.02; done"
+    try:
+
+        async def session(client: Client) -> None:
+            first = await call(
+                client, "run_command", argv=["sh", "-c", f"{wait}; echo first >> {marks}"],
+                group="g",
+            )  # fmt: skip
+            await asyncio.to_thread(
+                until, lambda: harness.get(first["id"]).status == Status.RUNNING, 30, "first"
+            )
+            low, high = [
+                await call(client, "run_command", argv=["sh", "-c", f"echo {name} >> {marks}"],
+                           group="g", priority=priority)
+                for name, priority in (("low", 0), ("high", 5))
+            ]  # fmt: skip
+            assert (low["limit_key"], high["priority"]) == ("g", 5)
+            gate.touch()
+            for doc in (first, low, high):
+                done = await call(client, "wait", job_id=doc["id"], timeout=60)
+                assert done["reason"] == "succeeded", done
+            assert marks.read_text().split() == ["first", "high", "low"]
+
+            held = await call(
+                client, "run_command", argv=["true"], at=later.isoformat(), keep="1d",
+                unique_key="nightly",
+            )  # fmt: skip
+            assert datetime.fromisoformat(held["run_after"]) == later and held["keep"] == 86400
+            same = await call(client, "run_command", argv=["true"], unique_key="nightly")
+            assert same["id"] == held["id"]
+            assert "nightly" in await refused(
+                client, "run_command", argv=["true"], unique_key="nightly", on_conflict="raise"
+            )
+            assert "not both" in await refused(
+                client, "run_command", argv=["true"], delay="1h", at=later.isoformat()
+            )
+            assert await refused(client, "run_command", argv=["true"], grace=-1)
+            assert await refused(client, "run_command", argv=["true"], keep="soon")
+            assert await refused(client, "run_command", argv=["true"], at="tomorrow")
+            await call(client, "cancel", job_id=held["id"])
+
+        _drive(harness, session, "--allow-commands")
+        assert len(harness.store.list(limit=None)) == 4, "a refused call left a job behind"
+    finally:
+        harness.close()

@@ -35,6 +35,20 @@ LOG_LIMIT_MAX = 1024 * 1024
 RESOURCE_LOG_LINES = 1000
 
 Duration = Annotated[float | str | None, Field(description="seconds, or a duration: '90s', '10m'")]
+#: The options `submit` and `run_command` share, as `outlast submit` and `outlast run` take them.
+At = Annotated[
+    str | None,
+    Field(description="run at this time, ISO 8601 with a zone (past: now); not with delay"),
+]
+Keep = Annotated[
+    float | str | None,
+    Field(description="remove the finished job after this long: seconds, or '7d'"),
+]
+UniqueKey = Annotated[str | None, Field(description="while a live job holds it, return that job")]
+OnConflict = Annotated[
+    Literal["return", "raise"],
+    Field(description="a live job holds unique_key: return it, or refuse (raise)"),
+]
 
 
 class CommandsOff(InvalidInput):
@@ -131,9 +145,23 @@ class Tools:
         ] = None,
         attempts: Annotated[int, Field(ge=1, le=100)] = 1,
         delay: Duration = None,
+        at: At = None,
+        grace: Annotated[
+            float | None,
+            Field(ge=0, description="seconds between SIGTERM and SIGKILL on cancel (default 10)"),
+        ] = None,
+        group: Annotated[
+            str | None,
+            Field(description="a group (concurrency key): waits while its slots are taken"),
+        ] = None,
+        priority: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] = 0,
+        keep: Keep = None,
+        unique_key: UniqueKey = None,
+        on_conflict: OnConflict = "return",
     ) -> JobDocument:
         """Run a command (argv, no shell) as a detached job; returns its document at once.
-        Off unless the server was started with --allow-commands."""
+        The options are those of `outlast run` and outlast.run_command in Python. Off unless
+        the server was started with --allow-commands."""
         if not self.allow_commands:
             raise CommandsOff(CommandsOff.__doc__)
         if cwd is not None and not os.path.isdir(cwd):
@@ -148,6 +176,13 @@ class Tools:
             cwd=cwd,
             attempts=attempts,
             delay=delay,
+            at=at,
+            grace=grace,
+            group=group,
+            priority=priority,
+            keep=keep,
+            unique_key=unique_key,
+            on_conflict=on_conflict,
             store=self.store,
         )
         return task.state().to_dict()  # type: ignore[return-value]
@@ -165,24 +200,13 @@ class Tools:
         delay: Duration = None,
         timeout: Duration = None,
         priority: Annotated[int | None, Field(ge=-1_000_000, le=1_000_000)] = None,
-        unique_key: Annotated[
-            str | None, Field(description="while a live job holds it, return that job")
-        ] = None,
-        on_conflict: Annotated[
-            Literal["return", "raise"],
-            Field(description="a live job holds unique_key: return it, or refuse (raise)"),
-        ] = "return",
-        at: Annotated[
-            str | None,
-            Field(description="run at this time, ISO 8601 with a zone (past: now); not with delay"),
-        ] = None,
+        unique_key: UniqueKey = None,
+        on_conflict: OnConflict = "return",
+        at: At = None,
         attempts: Annotated[
             int | None, Field(ge=1, description="attempts at most (default: the job's own)")
         ] = None,
-        keep: Annotated[
-            float | str | None,
-            Field(description="remove the finished job after this long: seconds, or '7d'"),
-        ] = None,
+        keep: Keep = None,
         limit_key: Annotated[
             str | None,
             Field(description="a concurrency key for this call (default: the job's own)"),
