@@ -230,7 +230,7 @@ def test_a_timer_starts_at_most_a_batch_of_workers_a_pass_and_pages_through_the_
     assert started == soon and wait is not None
     assert 55 < wait < 60  # until a LEAD before the later one's time
     store.open(later).cancel()
-    assert the_timer.step() is None  # nothing waits past the cursor: the timer may exit
+    assert the_timer.step() is None  # nothing waits that it has not dealt with: it may exit
     assert the_timer.started == len(soon)
     paged = [store.create(command=["true"], run_after=now).id for _ in range(3)]
     monkeypatch.setattr(timer, "PAGE", 2)
@@ -261,6 +261,38 @@ def test_a_crowd_of_jobs_of_one_time_is_started_ahead_one_worker_at_a_time(
     monkeypatch.setattr(timer, "utcnow", lambda: due)  # past every start: a batch at once
     assert the_timer.step() == timer.BATCH_PAUSE
     assert started == crowd[: 2 + timer.BATCH]
+
+
+def test_a_job_parked_for_an_earlier_time_than_a_started_crowds_is_started_too(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crowd of 40 jobs of one time gets its workers from 10.8 s ahead. A job parked 9 s
+    before the crowd's time, for 2 s before it (7 s ahead: parked), was behind the timer's
+    cursor, which had passed the crowd's first jobs: the timer never started it (the
+    maintainer's safety net did, 5 s late; with no maintainer, nobody until the next job
+    was parked). The timer reads every job it has not dealt with."""
+    started = _counted(monkeypatch)
+    due = utcnow() + timedelta(seconds=60)
+    crowd = sorted(store.create(command=["true"], run_after=due).id for _ in range(40))
+    clock = [due - timedelta(seconds=9)]
+    monkeypatch.setattr(timer, "utcnow", lambda: clock[0])
+    the_timer = timer.Timer(store)
+    while the_timer.step() == timer.BATCH_PAUSE:
+        pass
+    assert started and started == crowd[: len(started)] and len(started) < len(crowd)
+    earlier = store.create(command=["true"], run_after=due - timedelta(seconds=2)).id
+    while the_timer.step() == timer.BATCH_PAUSE:
+        pass
+    # next, before the rest of the crowd (its worker waits for its time with --wait)
+    assert started[-1] == earlier
+    clock[0] = due
+    while the_timer.step() is not None:
+        pass
+    assert sorted(started) == sorted([*crowd, earlier]) and len(started) == 41  # each once
+    assert len(the_timer.handled) == 41  # their workers (none here) have not taken them
+    for job in [*crowd, earlier]:
+        store.open(job).cancel()
+    assert the_timer.step() is None and the_timer.handled == {}  # gone: forgotten
 
 
 def test_the_timer_lock_is_one_process_per_store(store: Store) -> None:

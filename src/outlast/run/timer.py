@@ -155,8 +155,12 @@ class Timer:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        #: ``(run_after, id)`` of the last job looked at: the jobs up to it are behind.
-        self.cursor: tuple[datetime, str] | None = None
+        #: The jobs this timer has dealt with (their workers started, or found waiting with
+        #: their own worker, or handed to their key), by id, with their ``(run_after, id)``:
+        #: they stay in :meth:`Store.timed` until their worker takes them at their time, and
+        #: are passed over until then. Not a cursor: a job parked later for an earlier time
+        #: than some of these (a crowd's workers start early) is read all the same.
+        self.handled: dict[str, tuple[datetime, str]] = {}
         #: Workers started, and jobs of a key handed to :func:`reap.start_parked`.
         self.started = 0
 
@@ -164,10 +168,10 @@ class Timer:
         """Start the workers of the parked jobs whose start is due (at most :data:`BATCH`):
         each job's worker starts :data:`LEAD` before its time, and a crowd of jobs of the
         same time :data:`START_COST` apart, ending :data:`LEAD` before it. Returns the
-        seconds until the next pass is due, or None when no job waits for its time past
-        the cursor."""
+        seconds until the next pass is due, or None when no job waits that this timer has
+        not dealt with."""
         now = utcnow()
-        page = self.store.timed(self.cursor, PAGE)
+        page, more = self.waiting()
         keys: set[str] = set()  # each key's parked jobs are looked at once a pass
         done = 0
         for state, start_in in zip(page, _start_times(page, now), strict=True):
@@ -177,8 +181,33 @@ class Timer:
                 return BATCH_PAUSE
             assert state.run_after is not None
             done += self._start(state, now, keys)
-            self.cursor = (state.run_after, state.id)
-        return 0.0 if len(page) == PAGE else None
+            self.handled[state.id] = (state.run_after, state.id)
+        return 0.0 if more else None
+
+    def waiting(self) -> tuple[list[JobState], bool]:
+        """The first :data:`PAGE` jobs waiting for their time that this timer has not dealt
+        with, in time order, and whether more may follow. Reads past the handled ones a
+        page at a time (a crowd's, while they wait for their time), and forgets those that
+        are gone from :meth:`Store.timed` (their workers took them, or they were canceled)."""
+        fresh: list[JobState] = []
+        seen: set[str] = set()
+        after: tuple[datetime, str] | None = None
+        while True:
+            page = self.store.timed(after, PAGE)
+            for state in page:
+                if state.id in self.handled:
+                    seen.add(state.id)
+                else:
+                    fresh.append(state)
+            if len(page) < PAGE or len(fresh) >= PAGE:
+                break
+            assert page[-1].run_after is not None
+            after = (page[-1].run_after, page[-1].id)
+        end = None if len(page) < PAGE else (page[-1].run_after, page[-1].id)
+        for job_id, at in list(self.handled.items()):
+            if job_id not in seen and (end is None or at <= end):
+                del self.handled[job_id]  # read past, and not there: no longer waiting
+        return fresh[:PAGE], len(fresh) >= PAGE
 
     def _start(self, state: JobState, now: datetime, keys: set[str]) -> int:
         """Start the worker of one parked job whose time is near; 1 if something started."""
@@ -263,7 +292,7 @@ def _serve(store: Store, timer: Timer, lock: MaintenanceLock, stop: threading.Ev
                     lock.release()
                     # a job parked since the last read finds the lock free, and starts a
                     # timer; one parked before it was let go is read here
-                    if not store.timed(timer.cursor, 1) or not _take(lock):
+                    if not timer.waiting()[0] or not _take(lock):
                         return
                     continue
                 failing, delay = None, 0.1
