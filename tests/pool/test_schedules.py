@@ -127,7 +127,7 @@ def _pg_url(tmp: Path) -> str | None:
 @pytest.mark.timeout(240)
 def test_every_fire_time_makes_one_job_while_pools_are_killed(tmp_path: Path) -> None:
     """Four pools on one SQLite store and four on one PostgreSQL store, a schedule every
-    second for 60 s, one pool SIGKILLed every 10 s and started again: one job per fire time,
+    second for 30 s, one pool SIGKILLed every 5 s and started again: one job per fire time,
     never two; a fire time with no job only in a misfire window (the moment the maintainer
     died), where the catch-up job that follows stands in for it."""
     harnesses = [Harness(tmp_path / "sqlite")] if (tmp_path / "sqlite").mkdir() is None else []
@@ -148,7 +148,11 @@ def test_every_fire_time_makes_one_job_while_pools_are_killed(tmp_path: Path) ->
             h.close()
 
 
-def _trial(pool: Harness, seconds: float = 60.0, kill_every: float = 10.0) -> None:
+#: The trial's length and the time between kills: five kills, as the 60 s trial had.
+TRIAL_SECONDS, KILL_EVERY = 30.0, 5.0
+
+
+def _trial(pool: Harness, seconds: float = TRIAL_SECONDS, kill_every: float = KILL_EVERY) -> None:
     _every_second(pool, "tick")
     pools = [pool.worker() for _ in range(4)]
     end = time.monotonic() + seconds
@@ -169,7 +173,8 @@ def _check_trial(pool: Harness) -> None:
     jobs = _fired(pool, "tick")
     keys = Counter((j.fired.schedule, j.fired.fire_at) for j in jobs if j.fired)
     assert [k for k, n in keys.items() if n > 1] == [], "a fire time made two jobs"
-    assert len(jobs) >= 50, f"{pool.url}: only {len(jobs)} fires in 60 s"
+    least = int(TRIAL_SECONDS * 5 / 6)  # a fire time a second, but for the misfire windows
+    assert len(jobs) >= least, f"{pool.url}: only {len(jobs)} fires in {TRIAL_SECONDS} s"
     times = [j.fired.fire_at for j in jobs if j.fired]
     reasons = {j.fired.fire_at: j.fired.reason for j in jobs if j.fired}
     expected, missing = times[0], []
