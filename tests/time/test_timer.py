@@ -295,6 +295,28 @@ def test_a_job_parked_for_an_earlier_time_than_a_started_crowds_is_started_too(
     assert the_timer.step() is None and the_timer.handled == {}  # gone: forgotten
 
 
+def test_a_job_the_timer_started_that_fails_into_a_long_backoff_is_read_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timer passes over the jobs it has dealt with, by id and time: the same job back
+    for a later time (its attempt failed into a backoff past PARK_AFTER, unbinding its
+    worker) is waiting again, and gets a worker again before that time."""
+    started = _counted(monkeypatch)
+    monkeypatch.setenv("OUTLAST_RETRY_DELAY", "60")
+    job = store.create(command=["true"], run_after=utcnow(), max_attempts=2).id
+    the_timer = timer.Timer(store)
+    assert the_timer.step() is None and started == [job]
+    task = store.open(job)  # what its worker does with it
+    task.hold_worker_lock()
+    assert task.start()
+    again = task.fail("boom", retry=True)
+    task.release_worker_lock()
+    assert again.status == Status.PENDING and again.run_after is not None
+    wait = the_timer.step()
+    assert wait is not None and 30 < wait < 200, wait  # until a LEAD before its new time
+    assert [s.id for s in the_timer.waiting()[0]] == [job]
+
+
 def test_the_timer_lock_is_one_process_per_store(store: Store) -> None:
     lock, other = store.timer_lock(), store.timer_lock()
     assert not store.timer_running()

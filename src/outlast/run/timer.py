@@ -158,8 +158,9 @@ class Timer:
         #: The jobs this timer has dealt with (their workers started, or found waiting with
         #: their own worker, or handed to their key), by id, with their ``(run_after, id)``:
         #: they stay in :meth:`Store.timed` until their worker takes them at their time, and
-        #: are passed over until then. Not a cursor: a job parked later for an earlier time
-        #: than some of these (a crowd's workers start early) is read all the same.
+        #: are passed over until then (the same job back for another time is not). Not a
+        #: cursor: a job parked later for an earlier time than some of these (a crowd's
+        #: workers start early) is read all the same.
         self.handled: dict[str, tuple[datetime, str]] = {}
         #: Workers started, and jobs of a key handed to :func:`reap.start_parked`.
         self.started = 0
@@ -195,9 +196,9 @@ class Timer:
         while True:
             page = self.store.timed(after, PAGE)
             for state in page:
-                if state.id in self.handled:
+                if self.handled.get(state.id) == (state.run_after, state.id):
                     seen.add(state.id)
-                else:
+                else:  # new, or back for another time (a retry's backoff)
                     fresh.append(state)
             if len(page) < PAGE or len(fresh) >= PAGE:
                 break
