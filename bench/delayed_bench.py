@@ -15,7 +15,7 @@ per side, medians over ``--reps``:
   half-way through the wait (sampled once: nothing starts or ends then);
 - ``late ms``: each job's start after its time (its ``started_at`` against the ``run_after``
   it was given), the median and the most. After the change the timer starts the workers of
-  a crowd of one time 0.1 s apart, ahead of it (``outlast.run.timer.START_COST``).
+  a crowd of one time 0.2 s apart, ahead of it (``outlast.run.timer.START_COST``).
 """
 
 from __future__ import annotations
