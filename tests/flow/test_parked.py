@@ -284,6 +284,49 @@ def test_a_pools_job_of_a_key_hands_its_slot_to_the_keys_parked_command(
         held.release()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["processes", "async"])
+def test_a_pool_that_stops_hands_the_slots_of_the_jobs_it_gives_back(
+    store: Store, tmp_path: Path, mode: str
+) -> None:
+    """SIGTERM with a keyed job running past the pool's grace: the job is given back
+    (pending again, for another pool) and its slot goes to the key's parked command, which
+    the stopping pool starts. The test holds the maintenance lock, as above."""
+    from outlast.run import registry
+    from outlast.run.api import create_job
+    from tests.jobs import pyjobs
+    from tests.pool.conftest import Harness
+
+    held = store.maintenance_lock()
+    assert held.try_acquire()
+    (tmp_path / "h").mkdir()
+    harness = Harness(tmp_path / "h", store.url)
+    try:
+        set_slots("g", 1, store)
+        if mode == "async":
+            spec, args = registry.lookup("py.anap"), [60.0, None]
+        else:
+            spec, args = registry.lookup("pt.wait_for"), [str(tmp_path / "never")]
+        function = create_job(store, spec, args, limit_key="g").id
+        pool = harness.worker(
+            "--import", pyjobs.MODULE, "--grace", "0.2", *(["--async"] if mode == "async" else [])
+        )
+        until(lambda: store.get(function).status == Status.RUNNING, 30, "the pool's job")
+        marks = tmp_path / "marks.txt"
+        command = run_command(_script(marks, tmp_path / "go", 0.0), group="g", store=store).id
+        assert _workers(store.url, command) == []  # parked
+        pool.popen.send_signal(signal.SIGTERM)
+        assert pool.wait(60) == 0, pool.stderr()
+        assert store.get(function).status == Status.PENDING  # given back
+        until(lambda: _workers(store.url, command), 30, "the command's supervisor")
+        (tmp_path / "go").touch()
+        done = until(lambda: (s := store.get(command)).terminal and s, 30, "the command")
+        assert done.status == Status.SUCCEEDED, done
+    finally:
+        harness.close()
+        held.release()
+
+
 def test_a_pools_hand_offs_are_looked_at_together_at_most_every_so_often(store: Store) -> None:
     """The keys of ended jobs are gathered: one look at the parked keys per period, however
     many batches of outcomes end meanwhile; jobs without a key cost no look at all, and a

@@ -414,6 +414,7 @@ class AsyncPool:
         left = [r.task for r in self.running.values() if not r.returned]
         if left:
             await self._store(_give_back, left)
+            await self._store(self.hand_offs.ended, left)  # their slots free too
         self.running.clear()
         with contextlib.suppress(StoreError):
             if self._unwritten:

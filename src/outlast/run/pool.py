@@ -938,6 +938,7 @@ class Pool:
                 for task in tasks:
                     task.release()
                     task.release_worker_lock()
+                self.hand_offs.ended(tasks)  # their slots free too
 
     def _shutdown(self) -> None:
         self._flush()
@@ -946,6 +947,7 @@ class Pool:
             task = self.backlog.popleft()
             task.release()
             task.release_worker_lock()
+            self.hand_offs.ended([task])
         self.hand_offs.run(force=True)  # the last ended jobs' slots, before this pool goes
         for slot in self.slots:
             with contextlib.suppress(OSError, ValueError):

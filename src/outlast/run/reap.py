@@ -149,7 +149,8 @@ class HandOffs:
         self.started = 0
 
     def ended(self, tasks: list[Task]) -> None:
-        """Note the keys of ``tasks``, whose outcomes were just written."""
+        """Note the keys of ``tasks``, whose outcomes were just written (or that a stopping
+        pool gave back)."""
         for task in tasks:
             if task.snapshot is not None and task.snapshot.limit_key is not None:
                 self._keys.add(task.snapshot.limit_key)
