@@ -6,6 +6,7 @@ that starts a bounded number of workers per pass."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,12 +20,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from outlast.model import Status
+from outlast.model import JobState, Status
 from outlast.run import maintain, reap
 from outlast.run.api import run_command, set_slots, spawn_job
 from outlast.store import Store
 from tests.pool import jobs_for_tests  # noqa: F401 - registers pt.limited
-from tests.pool.conftest import read_lines
+from tests.pool.conftest import Worker, read_lines
 from tests.waiting import kill_tree, until
 
 pytestmark = pytest.mark.usefixtures("own_state")
@@ -239,59 +240,16 @@ def test_spawned_jobs_of_a_full_key_wait_parked_and_run_one_at_a_time(
     assert most <= 3, f"{most} dedicated workers at once"  # not one per job
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("mode", ["processes", "async"])
-def test_a_pools_job_of_a_key_hands_its_slot_to_the_keys_parked_command(
-    store: Store, tmp_path: Path, mode: str
-) -> None:
-    """A key shared by a function job, run by a pool, and a command (``outlast run --group``
-    beside ``limit_key=``): the command waits parked, with no process, while the pool's job
-    holds the key's one slot, and the pool starts its supervisor once that job ended. The
-    test holds the store's maintenance lock and reads with :meth:`Store.get` (which starts
-    nothing), so no maintainer and no reader can start it: only the pool's hand-off."""
-    from outlast.run import registry
-    from outlast.run.api import create_job
-    from tests.jobs import pyjobs
-    from tests.pool.conftest import Harness
-
-    held = store.maintenance_lock()
-    assert held.try_acquire()
-    (tmp_path / "h").mkdir()
-    harness = Harness(tmp_path / "h", store.url)
-    try:
-        set_slots("g", 1, store)
-        gate = tmp_path / "go"
-        if mode == "async":
-            spec, args = registry.lookup("py.anap"), [60.0, None]  # ended by its cancel
-        else:
-            spec, args = registry.lookup("pt.wait_for"), [str(gate)]
-        function = create_job(store, spec, args, limit_key="g").id
-        harness.worker("--import", pyjobs.MODULE, *(["--async"] if mode == "async" else []))
-        until(lambda: store.get(function).status == Status.RUNNING, 30, "the pool's job")
-        marks = tmp_path / "marks.txt"
-        command = run_command(_script(marks, gate, 0.0), group="g", store=store).id
-        assert store.get(command).status == Status.PENDING
-        assert _workers(store.url, command) == []  # parked: no process of its own
-        if mode == "async":
-            store.open(function).cancel()
-        gate.touch()
-        done = until(lambda: (s := store.get(command)).terminal and s, 30, "the command")
-        assert done.status == Status.SUCCEEDED, done
-        assert _starts(marks) == [command]
-        assert store.get(function).finished_at <= done.started_at  # one slot: one at a time
-    finally:
-        harness.close()
-        held.release()
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("mode", ["processes", "async"])
-def test_a_pool_that_stops_hands_the_slots_of_the_jobs_it_gives_back(
-    store: Store, tmp_path: Path, mode: str
-) -> None:
-    """SIGTERM with a keyed job running past the pool's grace: the job is given back
-    (pending again, for another pool) and its slot goes to the key's parked command, which
-    the stopping pool starts. The test holds the maintenance lock, as above."""
+@contextlib.contextmanager
+def _command_behind_a_pools_job(
+    store: Store, tmp_path: Path, mode: str, gate: Path, *pool_args: str
+) -> Iterator[tuple[Worker, str, str]]:
+    """A key of one slot held by a function job that a pool (``mode``: processes or async)
+    runs until ``gate`` exists (the async one until canceled), and a command of the key
+    parked behind it, which marks its start in ``marks.txt`` once ``gate`` exists: yields
+    the pool, the function job and the command. The test holds the store's maintenance
+    lock meanwhile and reads with :meth:`Store.get` (which starts nothing), so neither a
+    maintainer nor a reader can start the command: only the pool's hand-off."""
     from outlast.run import registry
     from outlast.run.api import create_job
     from tests.jobs import pyjobs
@@ -306,25 +264,64 @@ def test_a_pool_that_stops_hands_the_slots_of_the_jobs_it_gives_back(
         if mode == "async":
             spec, args = registry.lookup("py.anap"), [60.0, None]
         else:
-            spec, args = registry.lookup("pt.wait_for"), [str(tmp_path / "never")]
+            spec, args = registry.lookup("pt.wait_for"), [str(gate)]
         function = create_job(store, spec, args, limit_key="g").id
-        pool = harness.worker(
-            "--import", pyjobs.MODULE, "--grace", "0.2", *(["--async"] if mode == "async" else [])
-        )
+        modes = ["--async"] if mode == "async" else []
+        pool = harness.worker("--import", pyjobs.MODULE, *modes, *pool_args)
         until(lambda: store.get(function).status == Status.RUNNING, 30, "the pool's job")
-        marks = tmp_path / "marks.txt"
-        command = run_command(_script(marks, tmp_path / "go", 0.0), group="g", store=store).id
-        assert _workers(store.url, command) == []  # parked
+        command = run_command(_script(tmp_path / "marks.txt", gate, 0.0), group="g", store=store)
+        assert command.state().status == Status.PENDING
+        assert _workers(store.url, command.id) == []  # parked: no process of its own
+        yield pool, function, command.id
+    finally:
+        harness.close()
+        held.release()
+
+
+def _ended(store: Store, job_id: str) -> JobState:
+    return until(lambda: (s := store.get(job_id)).terminal and s, 30, f"job {job_id} to end")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["processes", "async"])
+def test_a_pools_job_of_a_key_hands_its_slot_to_the_keys_parked_command(
+    store: Store, tmp_path: Path, mode: str
+) -> None:
+    """A key shared by a function job, run by a pool, and a command (``outlast run --group``
+    beside ``limit_key=``): the command waits parked, with no process, while the pool's job
+    holds the key's one slot, and the pool starts its supervisor once that job ended."""
+    gate = tmp_path / "go"
+    with _command_behind_a_pools_job(store, tmp_path, mode, gate) as (_, function, command):
+        if mode == "async":
+            store.open(function).cancel()
+        gate.touch()
+        done = _ended(store, command)
+        assert done.status == Status.SUCCEEDED, done
+        assert _starts(tmp_path / "marks.txt") == [command]
+        assert store.get(function).finished_at <= done.started_at  # one slot: one at a time
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["processes", "async"])
+def test_a_pool_that_stops_hands_the_slots_of_the_jobs_it_gives_back(
+    store: Store, tmp_path: Path, mode: str
+) -> None:
+    """SIGTERM with a keyed job running past the pool's grace: the job is given back
+    (pending again, for another pool) and its slot goes to the key's parked command, which
+    the stopping pool starts."""
+    gate = tmp_path / "go"
+    with _command_behind_a_pools_job(store, tmp_path, mode, gate, "--grace", "0.2") as (
+        pool,
+        function,
+        command,
+    ):
         pool.popen.send_signal(signal.SIGTERM)
         assert pool.wait(60) == 0, pool.stderr()
         assert store.get(function).status == Status.PENDING  # given back
         until(lambda: _workers(store.url, command), 30, "the command's supervisor")
-        (tmp_path / "go").touch()
-        done = until(lambda: (s := store.get(command)).terminal and s, 30, "the command")
+        gate.touch()
+        done = _ended(store, command)
         assert done.status == Status.SUCCEEDED, done
-    finally:
-        harness.close()
-        held.release()
 
 
 def test_a_pools_hand_offs_are_looked_at_together_at_most_every_so_often(store: Store) -> None:

@@ -109,10 +109,9 @@ def start_parked(store: Store, key: str) -> int:
     (a command's supervisor runs the next command itself: :func:`take_parked`), when a dead
     worker's job is reconciled, when a key's slots are set, by a pool whose jobs of the key
     ended (:class:`HandOffs`), and by the store's maintainer (the safety net: a worker
-    killed before its hand-off). A
-    worker started a moment ago that has not taken its job yet looks parked too, and may get
-    a second worker: that one finds the job taken and exits. Never raises for the store: a
-    failure is logged, and the maintainer looks again."""
+    killed before its hand-off). A worker started a moment ago that has not taken its job
+    yet looks parked too, and may get a second worker: that one finds the job taken and
+    exits. Never raises for the store: a failure is logged, and the maintainer looks again."""
     try:
         parked = store.parked(key)
     except OutlastError as exc:
