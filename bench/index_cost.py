@@ -1,13 +1,14 @@
 """What the jobs table's indexes cost a new job (issue #18, item 4: the floor under ``submit``).
 
 SQLite: the schema outlast makes (read from a fresh store, so it follows the code), copied
-into fresh files that lack one index each (and one with the table alone). Into each, ``--jobs``
-rows of a real pending function job (its row read back from that store, a new id and time
-each), one ``BEGIN IMMEDIATE`` / ``INSERT`` / ``COMMIT`` per row as ``submit`` does, on one
-connection with outlast's pragmas (WAL, ``synchronous=NORMAL``). The variants run alternately,
-``--reps`` times; each figure is the median of its reps, in µs a row, with the difference
-from the full schema. The same run times ``submit`` itself (one call per job, into the real
-store) for the Python around it.
+into fresh files that lack one index each (and one with the table alone). Into each, rows of
+a real pending function job (its row read back from that store, a new id and time each), one
+``BEGIN IMMEDIATE`` / ``INSERT`` / ``COMMIT`` per row as ``submit`` does, on one connection a
+file (WAL, ``synchronous=NORMAL``, as outlast's): ``--jobs`` rows a variant in each of
+``--reps`` reps, the variants taking turns of ``CHUNK`` rows so that the machine's drift lands
+on all of them alike (run in one piece each, the figures spread ±15 µs). Each figure is the
+median over the turns, in µs a row, with the difference from the full schema. Each rep also
+times ``submit`` itself (one call per job, into the real store): the Python around the SQL.
 
 PostgreSQL (``--pg URL``): ``COPY`` of 1,000 such rows (binary, as ``submit_many`` writes them)
 into the real table, into a copy with its indexes, and into a copy without any, then
@@ -146,7 +147,7 @@ def run_pg(url: str, reps: int) -> None:
     from outlast.store import postgresql as pg
 
     schema = "index_cost_" + uuid.uuid4().hex[:8]
-    store = outlast.use_store(f"{url}?schema={schema}" if "?" not in url else url)
+    store = outlast.use_store(f"{url}{'&' if '?' in url else '?'}schema={schema}")
     captured: list[tuple[str, tuple[str, ...], list[Any]]] = []
     insert_rows = pg._Tx.insert_rows
 
