@@ -29,6 +29,8 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+from _common import temp_store
+
 import outlast
 
 #: Rows a variant inserts before the next variant's turn.
@@ -146,8 +148,8 @@ def run_pg(url: str, reps: int) -> None:
 
     from outlast.store import postgresql as pg
 
-    schema = "index_cost_" + uuid.uuid4().hex[:8]
-    store = outlast.use_store(f"{url}{'&' if '?' in url else '?'}schema={schema}")
+    store = outlast.use_store(temp_store("postgresql", url))  # a schema of its own
+    schema = store.schema  # type: ignore[attr-defined]
     captured: list[tuple[str, tuple[str, ...], list[Any]]] = []
     insert_rows = pg._Tx.insert_rows
 
