@@ -94,6 +94,7 @@ from outlast.store.sql import (
     DUE_TIMES,
     EVENT_INSERT,
     KEYED,
+    LABEL_COLUMNS,
     LIVE,
     LIVE_STATUSES,
     ROOM,
@@ -109,6 +110,8 @@ from outlast.store.sql import (
     fill_name_keys,
     flow_columns,
     keyed_indexes,
+    label_rows,
+    labels_by_time,
     name_index,
     parked_index,
     priority_probe,
@@ -305,6 +308,12 @@ def migrations(schema: str) -> list[list[str | _pg.Migration]]:
         # the command and spawned jobs that wait for their time with no process, in time
         # order, for the store's timer (outlast.run.timer; sql.TIMED)
         [*timed_indexes(d)],
+        # a listing of a label read every job with the label and sorted them: labels_kv
+        # now holds each job's created_at, in the listing's order (outlast.store._sqllist)
+        [
+            f"ALTER TABLE {d.labels} ADD COLUMN IF NOT EXISTS created_at timestamptz",
+            *labels_by_time(d, f'"{schema}".labels_kv'),
+        ],
     ]
 
 
@@ -941,10 +950,11 @@ class PostgresStore(AdvisoryLocks, SqlStore):
         sql = f"WITH j AS ({_insert(d, names)} RETURNING id)"
         if state.labels:
             sql += (
-                f", l AS (INSERT INTO {d.labels} (job_id, key, value)"
-                " SELECT j.id, k, v FROM j, unnest(%s::text[], %s::text[]) AS t(k, v))"
+                f", l AS (INSERT INTO {d.labels} ({', '.join(LABEL_COLUMNS)})"
+                " SELECT j.id, k, v, %s::timestamptz"
+                " FROM j, unnest(%s::text[], %s::text[]) AS t(k, v))"
             )
-            params += [list(state.labels), list(state.labels.values())]
+            params += [d.time(state.created_at), list(state.labels), list(state.labels.values())]
         sql += " SELECT pg_notify(c, j.id) FROM j, unnest(%s::text[]) AS t(c)"
         params.append(self._new_job_channels(state.id))
         with self._idle_session(f"create {state.id}") as conn:
@@ -982,9 +992,9 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             else:
                 connection.execute(_insert(d, names), values)
             if state.labels:
-                sql = d.sql("INSERT INTO {labels} (job_id, key, value) VALUES (?, ?, ?)")
+                sql = f"INSERT INTO {{labels}} ({', '.join(LABEL_COLUMNS)}) VALUES (?, ?, ?, ?)"
                 with connection.cursor() as cur:
-                    cur.executemany(sql, [(state.id, k, v) for k, v in state.labels.items()])
+                    cur.executemany(d.sql(sql), label_rows(d, state))
             connection.execute(
                 "SELECT pg_notify(c, %s) FROM unnest(%s::text[]) AS t(c)",
                 (state.id, self._new_job_channels(state.id)),

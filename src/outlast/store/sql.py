@@ -9,7 +9,8 @@ inside it), how a claim skips locked rows, and where worker locks live.
 **Tables.** ``jobs`` keeps the columns that are queried (status, kind, queue, worker, times,
 the last event's ``seq``) beside ``doc``, the job document (``JobState.to_dict()`` as compact
 UTF-8 JSON, byte for byte what every adapter stores); ``events`` has the key ``(job_id, seq)``;
-``labels`` one row per label, for filtering.
+``labels`` one row per label (with its job's ``created_at``, so a label is listed in order), for
+filtering.
 """
 
 from __future__ import annotations
@@ -285,6 +286,32 @@ def search_columns(d: Dialect, started_at: str) -> list[str]:
         d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN name_key {d.text}"),
         d.sql(f"ALTER TABLE {{jobs}} ADD COLUMN started_at {d.time_type}"),
         d.sql(f"UPDATE {{jobs}} SET started_at = {started_at}"),
+    ]
+
+
+#: The columns of a label's row: its job's ``created_at`` too, so that a listing of a label
+#: reads its jobs newest first from ``labels_kv`` (:mod:`outlast.store._sqllist`).
+LABEL_COLUMNS = ("job_id", "key", "value", "created_at")
+
+
+def label_rows(d: Dialect, state: JobState) -> list[tuple[Any, ...]]:
+    """The rows of ``state``'s labels (:data:`LABEL_COLUMNS`)."""
+    created = d.time(state.created_at)
+    return [(state.id, key, value, created) for key, value in state.labels.items()]
+
+
+def labels_by_time(d: Dialect, old_index: str) -> list[str]:
+    """What made a listing of a label read a page, not every job with the label: the job's
+    ``created_at`` on each label row (the column ``labels.created_at``, added by the engine's
+    own step, which may run again), and ``labels_kv`` in the listing's order (it replaces
+    ``old_index``, of key and value only)."""
+    return [
+        d.sql(
+            "UPDATE {labels} SET created_at ="
+            " (SELECT created_at FROM {jobs} WHERE {jobs}.id = {labels}.job_id)"
+        ),
+        f"DROP INDEX IF EXISTS {old_index}",
+        d.sql("CREATE INDEX IF NOT EXISTS labels_kv ON {labels} (key, value, created_at, job_id)"),
     ]
 
 
@@ -826,13 +853,13 @@ class SqlStore(Store):
         for state, doc in zip(states, docs, strict=True):
             names, row = self._new_row(state, doc)  # the same columns for every job
             rows.append(row)
-        labels = [(s.id, k, v) for s in states for k, v in s.labels.items()]
+        d = self.dialect
+        labels = [row for s in states if s.labels for row in label_rows(d, s)]
         with self._tx(f"create {len(states)} jobs") as tx:
-            d = self.dialect
             tx.insert_rows(d.sql("{jobs}"), (*JOB_COLUMNS, *names), rows)
             self._count(tx, Counter(_key(s) for s in states))
             if labels:
-                tx.insert_rows(d.sql("{labels}"), ("job_id", "key", "value"), labels)
+                tx.insert_rows(d.sql("{labels}"), LABEL_COLUMNS, labels)
             tx.wake_pools(states[0].id)
         for state, doc in zip(states, docs, strict=True):
             self._remember(state, doc, 0)  # a new row: no events yet
@@ -860,12 +887,10 @@ class SqlStore(Store):
 
     def _put_labels(self, tx: Tx, state: JobState, fired: bool = False) -> None:
         if state.labels:
-            sql = "INSERT INTO {labels} (job_id, key, value) VALUES (?, ?, ?)"
+            sql = f"INSERT INTO {{labels}} ({', '.join(LABEL_COLUMNS)}) VALUES (?, ?, ?, ?)"
             if fired:  # made at most once: see insert_sql
                 sql += " ON CONFLICT (job_id, key) DO NOTHING"
-            tx.write_many(
-                self.dialect.sql(sql), [(state.id, k, v) for k, v in state.labels.items()]
-            )
+            tx.write_many(self.dialect.sql(sql), label_rows(self.dialect, state))
 
     def _read(self, job_id: str) -> JobState:
         sql = self.dialect.sql("SELECT doc FROM {jobs} WHERE id = ?")
