@@ -17,8 +17,9 @@ matches are common; at worst it reads every row).
 first and stops after a page, the other filters (more labels, a status) checked on each
 job. Before, the engine read every job with the label and sorted them (137 ms a page with
 50,000 of them). A label row written by an older outlast still running against a migrated
-store has no ``created_at`` and is listed last; every process on a store should run the
-same version.
+store has no ``created_at``: its job can be missing from the label's pages (a ``before``
+cursor never passes a row without a time; a first page lists it first on PostgreSQL, last
+on SQLite). Every process on a store should run the same version.
 
 **Id prefix.** The ids with the prefix are first read in order through an index of ids
 (:meth:`~outlast.store.sql.SqlStore._ids_starting`), up to :data:`MAX_PREFIXED`: when there
