@@ -207,3 +207,21 @@ def test_a_postgresql_store_of_the_version_before_lists_its_labels() -> None:
             assert nulls.fetchone() == (0,)
     finally:
         support.drop_schema(url)
+
+
+def test_a_job_created_in_the_callers_postgresql_transaction_is_listed_by_label() -> None:
+    """``create(connection=…)`` writes its labels in the caller's transaction: their time
+    too, so the job is on the label's pages once the transaction commits."""
+    url = support.make_url()
+    if url is None:
+        pytest.skip("no PostgreSQL server here")
+    try:
+        with open_store(url) as store, support.connect() as conn:
+            older = store.create(name="older", labels={"team": "billing"})
+            with conn.transaction():
+                mine = store.create(name="mine", labels={"team": "billing"}, connection=conn)
+            newer = store.create(name="newer", labels={"team": "billing"})
+            want = [newer.id, mine.id, older.id]
+            assert _pages(lambda **kw: store.list(label={"team": "billing"}, **kw), 1) == want
+    finally:
+        support.drop_schema(url)

@@ -95,6 +95,7 @@ from outlast.store.sql import (
     EVENT_INSERT,
     KEYED,
     LABEL_COLUMNS,
+    LABEL_INSERT,
     LIVE,
     LIVE_STATUSES,
     ROOM,
@@ -992,9 +993,8 @@ class PostgresStore(AdvisoryLocks, SqlStore):
             else:
                 connection.execute(_insert(d, names), values)
             if state.labels:
-                sql = f"INSERT INTO {{labels}} ({', '.join(LABEL_COLUMNS)}) VALUES (?, ?, ?, ?)"
                 with connection.cursor() as cur:
-                    cur.executemany(d.sql(sql), label_rows(d, state))
+                    cur.executemany(d.sql(LABEL_INSERT), label_rows(d, state))
             connection.execute(
                 "SELECT pg_notify(c, %s) FROM unnest(%s::text[]) AS t(c)",
                 (state.id, self._new_job_channels(state.id)),

@@ -292,6 +292,8 @@ def search_columns(d: Dialect, started_at: str) -> list[str]:
 #: The columns of a label's row: its job's ``created_at`` too, so that a listing of a label
 #: reads its jobs newest first from ``labels_kv`` (:mod:`outlast.store._sqllist`).
 LABEL_COLUMNS = ("job_id", "key", "value", "created_at")
+#: One label's row (:func:`label_rows`), in the dialect's ``?`` placeholders.
+LABEL_INSERT = f"INSERT INTO {{labels}} ({', '.join(LABEL_COLUMNS)}) VALUES (?, ?, ?, ?)"
 
 
 def label_rows(d: Dialect, state: JobState) -> list[tuple[Any, ...]]:
@@ -887,7 +889,7 @@ class SqlStore(Store):
 
     def _put_labels(self, tx: Tx, state: JobState, fired: bool = False) -> None:
         if state.labels:
-            sql = f"INSERT INTO {{labels}} ({', '.join(LABEL_COLUMNS)}) VALUES (?, ?, ?, ?)"
+            sql = LABEL_INSERT
             if fired:  # made at most once: see insert_sql
                 sql += " ON CONFLICT (job_id, key) DO NOTHING"
             tx.write_many(self.dialect.sql(sql), label_rows(self.dialect, state))
