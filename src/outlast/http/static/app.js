@@ -206,16 +206,8 @@ function setBar(el, job, big) {
   return el;
 }
 
-function progressBar(job, big, previous) {
-  const el = h("div", {}, h("div", { class: "bar" }));
-  if (previous) {
-    // start from the old width, then move: the bar slides instead of jumping
-    el.firstChild.style.width = previous.firstChild.style.width;
-    el.className = previous.className;
-    requestAnimationFrame(() => requestAnimationFrame(() => setBar(el, job, big)));
-    return el;
-  }
-  return setBar(el, job, big);
+function progressBar(job, big) {
+  return setBar(h("div", {}, h("div", { class: "bar" })), job, big);
 }
 
 function pctText(job) {
@@ -223,7 +215,7 @@ function pctText(job) {
   return `${Math.round(job.progress)}%`;
 }
 
-function row(job, previous) {
+function row(job) {
   const labels = Object.entries(job.labels || {}).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`));
   const box = h("input", {
     type: "checkbox",
@@ -250,7 +242,7 @@ function row(job, previous) {
       h("div", { class: "sub" }, job.kind === "command" && job.command ? job.command.join(" ") : job.kind),
       labels.length ? h("div", { class: "labels" }, labels) : null,
     ),
-    h("td", { class: "c-progress" }, h("div", { class: "progress-cell" }, progressBar(job, false, previous), h("span", { class: "pct" }, pctText(job)))),
+    h("td", { class: "c-progress" }, h("div", { class: "progress-cell" }, progressBar(job, false), h("span", { class: "pct" }, pctText(job)))),
     h("td", { class: "c-step step" }, job.step ? `${job.step}` : h("span", { class: "muted" }, "—"),
       job.phase && job.step ? h("div", { class: "sub" }, job.phase) : null,
       waiting(job) ? h("div", { class: "due", "data-runs-at": job.run_after }, `runs ${fromNow(job.run_after)}`) : null,
@@ -434,6 +426,36 @@ function refocus(tr, focus) {
   (focus === "row" ? tr : tr.querySelector("input.select")).focus();
 }
 
+// Make ``old`` what ``fresh`` is, keeping every element of ``old`` whose tag is the same at
+// the same place (so its listeners, its focus and a press on it stay); only the attributes,
+// texts and the elements that differ change. ``fresh`` is built by the same function, so a
+// kept element's listeners do what the fresh one's would (they use the job's id, which is
+// the same). A bar's new width is a style change on the kept bar: it slides (CSS transition).
+function morph(old, fresh) {
+  for (const a of [...old.attributes]) if (a.name !== "style" && !fresh.hasAttribute(a.name)) old.removeAttribute(a.name);
+  for (const a of [...fresh.attributes]) {
+    if (a.name !== "style" && old.getAttribute(a.name) !== a.value) old.setAttribute(a.name, a.value);
+  }
+  // a style through the CSSOM, property by property: the page's CSP (style-src 'self') refuses
+  // a style attribute written as text
+  for (const name of [...old.style]) if (!fresh.style.getPropertyValue(name)) old.style.removeProperty(name);
+  for (const name of [...fresh.style]) {
+    const value = fresh.style.getPropertyValue(name);
+    if (old.style.getPropertyValue(name) !== value) old.style.setProperty(name, value);
+  }
+  const was = [...old.childNodes];
+  const now = [...fresh.childNodes];
+  now.forEach((node, i) => {
+    const prior = was[i];
+    if (!prior) old.append(node);
+    else if (prior.nodeType === Node.TEXT_NODE && node.nodeType === Node.TEXT_NODE) {
+      if (prior.data !== node.data) prior.data = node.data;
+    } else if (prior.nodeType === Node.ELEMENT_NODE && prior.nodeName === node.nodeName) morph(prior, node);
+    else prior.replaceWith(node);
+  });
+  for (const extra of was.slice(now.length)) extra.remove();
+}
+
 function upsert(job, flash, last) {
   const body = $("jobs");
   const old = body.querySelector(`tr[data-id="${CSS.escape(job.id)}"]`);
@@ -446,14 +468,26 @@ function upsert(job, flash, last) {
   }
   if (!old && !last && S.page > 0) return;
   S.jobs.set(job.id, job);
-  const fresh = row(job, old && old.querySelector(".progress"));
-  if (flash && (!old || old.dataset.status !== job.status)) fresh.classList.add("flash");
+  const flashes = flash && (!old || old.dataset.status !== job.status);
   if (old) {
-    const focus = focusIn(old);
-    old.replaceWith(fresh);
-    refocus(fresh, focus);
+    // The row stays the element it was, brought up to date: a click pressed on it before an
+    // event and released after lands on it (had a new row taken its place, the browser would
+    // drop the click, a press on an element gone from the page), and the focus stays on it.
+    morph(old, row(job));
+    if (flashes) {
+      old.classList.remove("flash");
+      void old.offsetWidth; // the animation starts again
+      old.classList.add("flash");
+    }
+    const box = old.querySelector("input.select");
+    if (box) box.checked = S.selected.has(job.id);
+    renderSummary();
+    if (S.selected.size) renderSelection();
+    return;
   }
-  else if (last) body.append(fresh); // a page, read in order
+  const fresh = row(job);
+  if (flashes) fresh.classList.add("flash");
+  if (last) body.append(fresh); // a page, read in order
   else {
     const after = [...body.children].find((tr) => {
       const shown = S.jobs.get(tr.dataset.id);
@@ -512,7 +546,8 @@ async function loadList(move) {
 }
 
 // A page read again: a row whose job did not change stays as it is (the keyboard's focus, a
-// key half pressed on it, its box), the others are drawn anew, in the page's order.
+// key half pressed on it, its box), the others are brought up to date in place, in the
+// page's order (a row moved loses the focus: it is given back).
 function showPage(jobs) {
   const body = $("jobs");
   const before = new Map([...body.children].map((tr) => [tr.dataset.id, tr]));
@@ -524,11 +559,11 @@ function showPage(jobs) {
   jobs.forEach((job, i) => {
     const old = before.get(job.id);
     const same = old && known.has(job.id) && JSON.stringify(known.get(job.id)) === JSON.stringify(job);
-    const tr = same ? old : row(job, old && old.querySelector(".progress"));
+    const tr = old || row(job);
+    if (old && !same) morph(old, row(job)); // (as upsert does: the row stays the element it was)
     before.delete(job.id);
     S.jobs.set(job.id, job);
     if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null);
-    if (old && old !== tr) old.remove();
   });
   before.forEach((tr) => tr.remove());
   if (focus && !(focusedRow.isConnected && document.activeElement !== document.body)) {
