@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 
+import psutil
 from examples.async_job_watcher import actions
 
 from outlast.model import Status
@@ -12,6 +13,7 @@ from outlast.pipeline import Pipeline, Stage
 from tests.pipeline import pipelines
 from tests.pipeline.conftest import TIMEOUT, Env, status_files, wait_until
 from tests.pipeline.test_recovery import export_pid, polling
+from tests.waiting import alive
 
 
 def _noop(payload: dict[str, object]) -> tuple[dict[str, object], str]:
@@ -38,8 +40,13 @@ def test_a_burst_pool_reconciles_what_a_dead_pool_left(env: Env) -> None:
     task = pipelines.SLOW.submit(env.payload(delay=30.0))
     pool = env.start_worker(burst=False)
     polling(env, task)
+    job_processes = [p.pid for p in psutil.Process(pool.pid).children()]
     pool.send_signal(signal.SIGKILL)
     pool.wait(TIMEOUT)
+    # Its job processes die of their parent's death a moment after it, and the pool's
+    # liveness lock is held until the last is gone: a burst pool started in that moment (it
+    # happened once, under the load of a fresh-clone run) rightly finds the job alive.
+    wait_until(lambda: not any(map(alive, job_processes)), what="the dead pool's job processes")
     env.run_pool()
     state = env.store.get(task.id)
     assert state.status == Status.FAILED and state.error is not None
