@@ -1036,7 +1036,8 @@ def test_a_click_on_a_row_that_changes_while_pressed_opens_the_job(
     """A running job's row changes with every event; a click pressed on it before an event and
     released after opens the job all the same. (Each event once put a new row in the old one's
     place: the press was on a row gone from the page, and the browser dropped the click. The
-    live test's click on its row failed so, once in CI.)"""
+    live test's click on its row failed so, once in CI.) The job's page keeps its details'
+    elements the same way."""
     secured, store, url = shown
     job = store.create(kind="function", name="video.transcode")
     worker = start_worker(url, job.id, "--events", "2000", "--interval", "0.02")
@@ -1073,6 +1074,16 @@ def test_a_click_on_a_row_that_changes_while_pressed_opens_the_job(
                 "(id) => location.hash === `#/jobs/${id}`", arg=job.id, timeout=5000
             )
             page.locator("#job-status").filter(has_text="running").wait_for(timeout=10000)
+        # The job's page is brought up to date in place too: its details stay the elements
+        # they were (a link on them can be clicked, a text on them selected) as events come.
+        kept = page.locator("#job-meta dd").first.element_handle()
+        shown = page.locator("#job-progress-text .pct-big").inner_text()
+        page.wait_for_function(
+            "(shown) => document.querySelector('#job-progress-text .pct-big').textContent"
+            " !== shown",
+            arg=shown,
+        )
+        assert kept.evaluate("dd => dd.isConnected")
     finally:
         store.open(job.id).cancel()  # the worker stops at its next event
         finish(worker, timeout=30)

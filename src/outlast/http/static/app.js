@@ -456,6 +456,13 @@ function morph(old, fresh) {
   for (const extra of was.slice(now.length)) extra.remove();
 }
 
+// ``el``'s children made ``children``, in place (see morph).
+function morphChildren(el, ...children) {
+  const fresh = el.cloneNode(false);
+  fresh.append(...children);
+  morph(el, fresh);
+}
+
 function upsert(job, flash, last) {
   const body = $("jobs");
   const old = body.querySelector(`tr[data-id="${CSS.escape(job.id)}"]`);
@@ -702,7 +709,7 @@ function renderJob(job) {
   );
   $("job-progress").hidden = false;
   setBar($("job-progress"), job, true);
-  $("job-progress-text").replaceChildren(
+  morphChildren($("job-progress-text"),
     h("span", {}, job.step ? `${job.step} · ${job.phase || ""}` : waiting(job) ? `runs at ${new Date(job.run_after).toLocaleString()} (${fromNow(job.run_after)})` : job.status === "pending" ? "waiting for a worker" : ""),
     h("span", { class: "pct-big" }, pctText(job)),
   );
@@ -744,7 +751,9 @@ function renderJob(job) {
   }
   const labels = Object.entries(job.labels || {});
   if (labels.length) meta.push(["labels", h("div", { class: "labels" }, labels.map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)))]);
-  $("job-meta").replaceChildren(...meta.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+  // in place, as a row of the list: a link pressed (retry of, schedule) or a text being
+  // selected (the worker, the pid) is not taken from under the pointer by the job's events
+  morphChildren($("job-meta"), ...meta.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
 
   const paused = job.status === "paused";
   $("question-card").hidden = !paused;
