@@ -40,3 +40,12 @@ def kill_tree(procs: list[psutil.Process]) -> None:
             proc.kill()
         except psutil.Error:
             continue
+
+
+def until_abandoned(store: Any, job_id: str, timeout: float = 10.0) -> None:
+    """Wait until the job looks abandoned to ``store`` (its worker's locks free), after its
+    worker was killed. The kernel lets go of a dead process's flocks a moment after it is
+    reaped (the last close of a file of an exiting task is deferred), and the job processes
+    of a killed pool die of its death a moment after it (they share its liveness lock): a
+    look at once can still find the job held, rightly."""
+    until(lambda: store.abandoned(store.get(job_id)), timeout, f"job {job_id} to look abandoned")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import signal
-import time
 
-import psutil
 from examples.async_job_watcher import actions
 
 from outlast.model import Status
@@ -13,7 +11,7 @@ from outlast.pipeline import Pipeline, Stage
 from tests.pipeline import pipelines
 from tests.pipeline.conftest import TIMEOUT, Env, status_files, wait_until
 from tests.pipeline.test_recovery import export_pid, polling
-from tests.waiting import alive
+from tests.waiting import until_abandoned
 
 
 def _noop(payload: dict[str, object]) -> tuple[dict[str, object], str]:
@@ -30,8 +28,8 @@ def test_cancel_records_the_cleanup_stage(env: Env) -> None:
     polling(env, task)
     assert env.cli("cancel", task.id).returncode == 0
     wait_until(lambda: not status_files(env.status_file()), what="the cleanup")
-    time.sleep(0.5)
-    state = env.store.get(task.id)
+    # the files are gone, then the stage ends, then the job: not at once
+    state = env.wait_state(task.id, lambda s: s.terminal, what="the cancel to end")
     assert state.status == Status.CANCELED
     assert state.to_dict()["pipeline"]["stages"][actions.CLEANUP]["status"] == "succeeded"
 
@@ -40,13 +38,11 @@ def test_a_burst_pool_reconciles_what_a_dead_pool_left(env: Env) -> None:
     task = pipelines.SLOW.submit(env.payload(delay=30.0))
     pool = env.start_worker(burst=False)
     polling(env, task)
-    job_processes = [p.pid for p in psutil.Process(pool.pid).children()]
     pool.send_signal(signal.SIGKILL)
     pool.wait(TIMEOUT)
-    # Its job processes die of their parent's death a moment after it, and the pool's
-    # liveness lock is held until the last is gone: a burst pool started in that moment (it
-    # happened once, under the load of a fresh-clone run) rightly finds the job alive.
-    wait_until(lambda: not any(map(alive, job_processes)), what="the dead pool's job processes")
+    # (A burst pool started the moment the pool was reaped once found the job alive, in a
+    # fresh-clone run: its job processes still held the pool's liveness lock.)
+    until_abandoned(env.store, task.id)
     env.run_pool()
     state = env.store.get(task.id)
     assert state.status == Status.FAILED and state.error is not None

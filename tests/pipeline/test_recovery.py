@@ -22,6 +22,7 @@ from tests.pipeline.conftest import (
     steps_of,
     wait_until,
 )
+from tests.waiting import until_abandoned
 
 
 def polling(env: Env, task: Task) -> JobState:
@@ -115,6 +116,7 @@ def test_killed_pool_then_status_then_burst_pool(env: Env) -> None:
     pid = export_pid(state)
     pool.send_signal(signal.SIGKILL)
     pool.wait(TIMEOUT)
+    until_abandoned(env.store, task.id)  # its job processes die a moment after it
     doc = env.cli_json("status", task.id)
     assert doc["status"] == "pending" and doc["error"]["code"] == "abandoned"
     env.run_pool()
