@@ -236,8 +236,14 @@ def test_clients_that_go_away_leave_no_task_and_no_descriptor_behind(
 
     try:
         asyncio.run(cycles(60))  # warm up: thread pools and their connections
-        time.sleep(0.5)
-        before = counts()
+        # the baseline once the warm-up's streams are torn down (a loaded server may take
+        # longer than a fixed pause): the same counts twice, 0.5 s apart
+        before, deadline = counts(), time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            settled, before = before, counts()
+            if settled == before:
+                break
         asyncio.run(cycles(500))
         deadline = time.monotonic() + 10
         after = counts()
