@@ -107,7 +107,8 @@ def test_a_killed_pool_frees_its_slots_as_soon_as_its_death_is_seen(pool: Harnes
     until(lambda: len(read_lines(marks)) == 2, 30, "both slots taken")
     waiting = create_job(pool.store, "pt.limited", [str(marks)], {"tenant": "k", "sleep": 0}).id
     other = pool.worker("-c", "2")  # its maintainer reconciles the dead pool's jobs
-    time.sleep(1.0)
+    pool.ready()  # (the holder's processes are busy: the probe is other's) up, so its start
+    time.sleep(1.0)  # is not counted in `freed` on a loaded machine
     assert pool.get(waiting).status == Status.PENDING  # no slot
     holder.popen.send_signal(signal.SIGKILL)
     holder.wait()
@@ -116,7 +117,9 @@ def test_a_killed_pool_frees_its_slots_as_soon_as_its_death_is_seen(pool: Harnes
     until(lambda: starts() > 2, 30, "a start in a freed slot")
     freed = time.monotonic() - killed
     assert freed < 5.0, freed  # about a second: the maintainer's sweep (loaded boxes: slack)
-    until(lambda: starts() >= 4, 30, "both slots used again")
+    # the waiting job and both retries (the waiting job may take a slot first: then the
+    # second retry starts once it is done)
+    until(lambda: starts() >= 5, 30, "both slots used again")
     assert _most_at_once_alive(pool, "tenant:k") <= 2
     retried = [pool.get(job) for job in jobs]
     assert all(s.attempts == 2 for s in retried), retried  # the killed attempts, retried

@@ -242,3 +242,28 @@ def test_the_first_job_processes_are_forked_and_a_replacement_spawned(pool: Harn
     )
     assert all(b"outlast.run.jobproc" in _cmdline(p) for p in fresh)
     assert pool.wait_for(pool.submit("pt.noop", 2), timeout=30).status == Status.SUCCEEDED
+
+
+@pytest.mark.timeout(120)
+def test_jobs_claimed_ahead_go_back_when_every_process_runs_long(pool: Harness) -> None:
+    """A pool whose jobs have been short claims jobs ahead; if every one of its processes
+    then runs a long job, what it holds goes back to the queue for another pool to run, not
+    waiting there until one of those ends. (It waited: a test's probe job sat behind two
+    30 s jobs of a pool while another pool idled.)"""
+    marks = pool.tmp / "long.txt"
+    holder = pool.worker("-c", "1")
+    pool.ready()  # a short job: the holder now claims ahead
+    long_job = pool.submit("pt.slow_stop", str(marks), cleanup=0.0)
+    until(lambda: read_lines(marks) == ["started"], 30, "the long job to start")
+    quick = pool.submit("pt.noop", "quick")
+    until(lambda: pool.get(quick).status != Status.PENDING, 10, "the holder to claim it")
+    other = pool.worker("-c", "1")
+    state = pool.wait_for(quick, {Status.SUCCEEDED}, 20, "the quick job, given back, to run")
+    assert state.worker is not None and state.worker.endswith(f":{other.pid}"), state.worker
+    # given back unstarted: the attempt is given back (attempts, the fencing token, never
+    # goes down: max_attempts goes up)
+    assert (state.attempts, state.max_attempts) == (2, 4), state
+    assert pool.get(long_job).status == Status.RUNNING  # it ran beside the long job
+    assert holder.popen.poll() is None
+    pool.store.open(long_job).cancel()
+    pool.wait_for(long_job, {Status.CANCELED}, 30)

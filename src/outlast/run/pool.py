@@ -85,6 +85,10 @@ PREFETCH_BELOW = 0.05  # seconds: only jobs shorter than this (on average) are c
 #: (and none is sent ahead behind one), so that it does not wait behind a long job while
 #: the other processes go on with the jobs claimed after it.
 AHEAD_BEHIND_MAX = 0.05
+#: Seconds: once every process has run its job this long, the jobs claimed ahead go back to
+#: the queue (another pool may be idle: they would wait here until one of those ends), and
+#: none is claimed ahead until a process is free again.
+BACKLOG_BEHIND_MAX = 1.0
 ASYNC_TIMEOUT_SLACK = 1.0  # seconds past an async job's deadline before its process is killed
 KINDS = [Kind.FUNCTION, Kind.PIPELINE]  # what pools run (commands have their supervisors)
 #: A job process being started: its process, the pool's end of its channel, their words.
@@ -125,6 +129,8 @@ class Pool:
         #: Claims made, times the pool found nothing to claim, and turns of its loop (for
         #: tests and benchmarks: an idle or busy pool must not spin).
         self.claims = self.empty_claims = self.loops = 0
+        #: Jobs claimed ahead and given back to the queue unstarted (every process ran long).
+        self.given_back = 0
         self._due_at: float | None = None  # when the earliest delayed job is due (monotonic)
         self._claim_due = True  # there may be a job to claim (see _fill)
         self._progress = False  # the last turn claimed or was woken for a job
@@ -442,6 +448,9 @@ class Pool:
         idle = sum(1 for s in self.slots if s.task is None)
         # claim ahead only while jobs are short: a long job's queue is left to other pools
         short = self._mean_run is not None and self._mean_run < PREFETCH_BELOW
+        if self._all_run_long(time.monotonic()):
+            short = False
+            self._give_back_backlog()
         ahead = PREFETCH if short else 0
         claimed = 0
         low = idle + (self.concurrency if ahead else 0)
@@ -467,6 +476,31 @@ class Pool:
             if len(tasks) < want:
                 self._note_next_due()
         return claimed
+
+    def _all_run_long(self, now: float) -> bool:
+        """Whether every process runs a job that has run over ``BACKLOG_BEHIND_MAX``: the
+        jobs at hand have no process to go to soon (the measure of short jobs says nothing
+        of the jobs running now, which end when they end)."""
+        return bool(self.slots) and all(
+            s.task is not None and now - s.started > BACKLOG_BEHIND_MAX for s in self.slots
+        )
+
+    def _give_back_backlog(self) -> None:
+        """The jobs claimed ahead, back to the queue as they were (attempt uncounted), for
+        any pool to take: the first process of this one free may be far off. One at a time:
+        if the store fails, the rest stay at hand."""
+        if not self.backlog:
+            return
+        log.debug("every process runs long: %d jobs claimed ahead go back", len(self.backlog))
+        while self.backlog:
+            task = self.backlog[0]
+            task.release()
+            self.backlog.popleft()
+            task.release_worker_lock()
+            self.journal.written([(task.id, task.attempt or 0)])
+            self.hand_offs.ended([task])
+            self.given_back += 1
+        self.hand_offs.run()
 
     def _note_next_due(self) -> None:
         """After a claim took all there was: when the earliest delayed job is due, so that
@@ -789,6 +823,10 @@ class Pool:
         hand_off_at = self.hand_offs.due_at()
         if hand_off_at is not None:
             deadlines.append(hand_off_at)
+        if self.backlog and self.slots and all(s.task is not None for s in self.slots):
+            long_at = max(s.started for s in self.slots) + BACKLOG_BEHIND_MAX + 0.001
+            if long_at > now:  # the jobs at hand go back then (see _fill)
+                deadlines.append(long_at)
         deadlines.append(self._stop_at if self.stopping else now + idle_wait)
         return max(0.0, min(deadlines) - now)
 
