@@ -129,8 +129,6 @@ class Pool:
         #: Claims made, times the pool found nothing to claim, and turns of its loop (for
         #: tests and benchmarks: an idle or busy pool must not spin).
         self.claims = self.empty_claims = self.loops = 0
-        #: Jobs claimed ahead and given back to the queue unstarted (every process ran long).
-        self.given_back = 0
         self._due_at: float | None = None  # when the earliest delayed job is due (monotonic)
         self._claim_due = True  # there may be a job to claim (see _fill)
         self._progress = False  # the last turn claimed or was woken for a job
@@ -499,7 +497,6 @@ class Pool:
             task.release_worker_lock()
             self.journal.written([(task.id, task.attempt or 0)])
             self.hand_offs.ended([task])
-            self.given_back += 1
         self.hand_offs.run()
 
     def _note_next_due(self) -> None:
